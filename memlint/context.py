@@ -1,0 +1,231 @@
+"""What the traversal knows about the place it is at, shared by every rule.
+
+The walker keeps this up to date as it enters and leaves nodes, so a rule asks
+`ctx.in_loop` or `ctx.grad_disabled` instead of re-deriving it. Bindings are
+recorded in source order, so `ctx.binding("device")` is the last value assigned
+before the current point (flow-insensitive within branches, which is what a
+reader of the code would assume too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from memlint.names import ImportTable, dotted_name
+
+_GRAD_OFF = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
+             "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+_GRAD_ON = {"torch.enable_grad", "torch.autograd.enable_grad"}
+_SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
+             "torch.autograd.grad_mode.set_grad_enabled"}
+
+
+@dataclass
+class Scope:
+    """A module, class or function body: its bindings and its own grad mode."""
+
+    node: cst.CSTNode
+    bindings: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    loops: list[cst.CSTNode] = field(default_factory=list)
+    loop_targets: dict[str, cst.CSTNode] = field(default_factory=dict)
+    grad: list[bool] = field(default_factory=list)  # innermost last; True = enabled
+
+
+class Context:
+    """Traversal state: scopes, loops, grad mode, ancestors."""
+
+    def __init__(self, names: ImportTable) -> None:
+        self.names = names
+        self.ancestors: list[cst.CSTNode] = []
+        self.scopes: list[Scope] = []
+
+    # -- queries rules use ------------------------------------------------
+    @property
+    def scope(self) -> Scope:
+        return self.scopes[-1]
+
+    @property
+    def function(self) -> cst.FunctionDef | None:
+        for scope in reversed(self.scopes):
+            if isinstance(scope.node, cst.FunctionDef):
+                return scope.node
+        return None
+
+    @property
+    def class_def(self) -> cst.ClassDef | None:
+        """The class whose body (or method) we are in."""
+        for scope in reversed(self.scopes):
+            if isinstance(scope.node, cst.ClassDef):
+                return scope.node
+        return None
+
+    @property
+    def loops(self) -> list[cst.CSTNode]:
+        """Loops of the current function (or module) enclosing this point."""
+        return self.scope.loops
+
+    @property
+    def in_loop(self) -> bool:
+        return bool(self.scope.loops)
+
+    @property
+    def grad_disabled(self) -> bool:
+        """True under `with torch.no_grad()`, `@torch.inference_mode()`,
+        `torch.set_grad_enabled(False)` ... in this function or one enclosing it."""
+        for scope in reversed(self.scopes):
+            if scope.grad:
+                return not scope.grad[-1]
+        return False
+
+    @property
+    def parent(self) -> cst.CSTNode | None:
+        return self.ancestors[-2] if len(self.ancestors) > 1 else None
+
+    def qualify(self, node: cst.BaseExpression | None) -> str | None:
+        """The imported name an expression refers to, unless a local variable of
+        an enclosing function shadows the import (`for data in loader:`)."""
+        name = dotted_name(node)
+        if name is None:
+            return None
+        head = name.split(".", 1)[0]
+        for scope in self.scopes[1:]:
+            if head in scope.bindings or head in scope.loop_targets:
+                return None
+        return self.names.qualify(node)
+
+    def loop_target(self, name: str) -> cst.CSTNode | None:
+        """The For loop that binds `name` as its target, if any encloses us."""
+        for scope in reversed(self.scopes):
+            loop = scope.loop_targets.get(name)
+            if loop is not None:
+                return loop
+        return None
+
+    def binding(self, name: str) -> cst.BaseExpression | None:
+        """The value last assigned to `name` (a dotted name such as `self.device`)
+        in the innermost scope that has one."""
+        for scope in reversed(self.scopes):
+            value = scope.bindings.get(name)
+            if value is not None:
+                return value
+        return None
+
+    def resolve(self, node: cst.BaseExpression, depth: int = 4) -> cst.BaseExpression:
+        """Follow `x = <expr>` bindings of plain or dotted names a few steps."""
+        seen = 0
+        while seen < depth:
+            name = dotted_name(node)
+            value = self.binding(name) if name else None
+            if value is None or value is node:
+                return node
+            node = value
+            seen += 1
+        return node
+
+    def grad_mode_of(self, node: cst.BaseExpression) -> bool | None:
+        """False for a grad-disabling context expression, True for enable_grad,
+        None for anything else. Follows `ctx = torch.no_grad()`."""
+        node = self.resolve(node)
+        target = node.func if isinstance(node, cst.Call) else node
+        qualified = self.names.qualify(target)
+        if qualified in _GRAD_OFF:
+            return False
+        if qualified in _GRAD_ON:
+            return True
+        if qualified in _SET_GRAD and isinstance(node, cst.Call) and node.args:
+            return _literal_bool(node.args[0].value)
+        return None
+
+    # -- the walker's side ------------------------------------------------
+    def enter(self, node: cst.CSTNode) -> None:
+        self.ancestors.append(node)
+        if isinstance(node, (cst.Module, cst.ClassDef)):
+            self.scopes.append(Scope(node))
+        elif isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            scope = Scope(node)
+            if isinstance(node, cst.FunctionDef):
+                for decorator in node.decorators:
+                    mode = self.grad_mode_of(decorator.decorator)
+                    if mode is not None:
+                        scope.grad.append(mode)
+            self.scopes.append(scope)
+        elif isinstance(node, (cst.For, cst.While)):
+            pass  # the loop starts with its body, see enter_field
+        elif isinstance(node, cst.With):
+            modes = [self.grad_mode_of(item.item) for item in node.items]
+            modes = [m for m in modes if m is not None]
+            self.scope.grad.append(modes[-1] if modes else self._current_grad())
+        elif isinstance(node, cst.Import):
+            self.names.add_import(node)
+        elif isinstance(node, cst.ImportFrom):
+            self.names.add_import_from(node)
+
+    def enter_body(self, node: cst.CSTNode) -> None:
+        """Called when the walker reaches the body of a For/While."""
+        self.scope.loops.append(node)
+        if isinstance(node, cst.For):
+            for name in _target_names(node.target):
+                self.scope.loop_targets[name] = node
+                self.scope.bindings.pop(name, None)
+
+    def leave_body(self, node: cst.CSTNode) -> None:
+        self.scope.loops.pop()
+
+    def leave(self, node: cst.CSTNode) -> None:
+        if isinstance(node, (cst.Module, cst.ClassDef, cst.FunctionDef, cst.Lambda)):
+            self.scopes.pop()
+            if isinstance(node, (cst.ClassDef, cst.FunctionDef)) and self.scopes:
+                self.scope.bindings.pop(node.name.value, None)
+        elif isinstance(node, cst.With):
+            self.scope.grad.pop()
+        elif isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._bind(target.target, node.value)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            self._bind(node.target, node.value)
+        elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
+            # a bare `torch.set_grad_enabled(False)` switches grad mode from here on
+            call = node.value
+            if self.names.qualify(call.func) in _SET_GRAD and call.args:
+                mode = _literal_bool(call.args[0].value)
+                if mode is not None:
+                    self.scope.grad.append(mode)
+        self.ancestors.pop()
+
+    def _current_grad(self) -> bool:
+        return not self.grad_disabled
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+            for i, element in enumerate(target.elements):
+                inner = values[i].value if values is not None and i < len(values) else value
+                self._bind(element.value, inner if values is not None else _UNKNOWN)
+            return
+        name = dotted_name(target)
+        if name is None:
+            return
+        if "." not in name and len(self.scopes) == 1:
+            self.names.forget(name)
+        scope = self.scope
+        if name.startswith("self.") or name.startswith("cls."):
+            scope = next((s for s in reversed(self.scopes) if isinstance(s.node, cst.ClassDef)), scope)
+        scope.bindings[name] = value
+
+
+_UNKNOWN = cst.Name("__memlint_unknown__")
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for element in target.elements for n in _target_names(element.value)]
+    name = dotted_name(target)
+    return [name] if name else []
+
+
+def _literal_bool(node: cst.BaseExpression) -> bool | None:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None

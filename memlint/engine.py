@@ -1,0 +1,209 @@
+"""check_source / check_paths: the one engine behind the CLI, flake8, pre-commit and verify.
+
+Per file: a text pre-filter picks the rules whose keywords occur (a file no
+selected rule can fire on is never parsed), one libcst parse, one walk for all
+of them, positions computed only when something was reported.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from memlint.context import Context
+from memlint.finding import Finding, InternalError
+from memlint.names import ImportTable
+from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
+from memlint.settings import Settings
+from memlint.suppression import is_suppressed, skips_file
+from memlint.walker import handlers_for, walk
+
+PYTHON_SUFFIXES = (".py", ".pyi")
+NOTEBOOK_SUFFIX = ".ipynb"
+
+
+class RuleCrash(Exception):
+    """A rule raised on this file: memlint's bug, not the user's."""
+
+
+def check_source(source: str | bytes, path: str = "<stdin>",
+                 settings: Settings | None = None) -> list[Finding]:
+    """Findings for one file's text. Raises `RuleCrash` if a rule fails."""
+    settings = settings or Settings()
+    selected = settings.selected_codes(path)
+    if isinstance(source, bytes):
+        try:
+            source = decode(source)
+        except UnicodeDecodeError as error:
+            return [syntax_error(path, 1, 1, f"cannot decode the file: {error.reason}")]
+    if skips_file(source):
+        return []
+    rule_types = [r for r in ALL_RULES
+                  if r.code in selected and any(k in source for k in r.keywords)]
+    if not rule_types:
+        return []
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        return [syntax_error(path, error.raw_line, error.raw_column + 1,
+                             f"cannot parse the file: {error.message}")]
+    except RecursionError:
+        return [syntax_error(path, 1, 1, "cannot parse the file: nested too deeply for libcst")]
+    except Exception as error:  # libcst raises a few non-ParserSyntaxError errors on odd input
+        return [syntax_error(path, 1, 1, f"cannot parse the file: {error}")]
+    ctx = Context(ImportTable())
+    rules = [r(ctx, settings.rule_options.get(r.code)) for r in rule_types]
+    try:
+        walk(module, ctx, handlers_for(rules, "visit_"), handlers_for(rules, "leave_"))
+        for rule in rules:
+            rule.finish()
+    except RecursionError as error:
+        raise RuleCrash(f"recursion limit reached while checking: {error}") from error
+    except Exception as error:
+        raise RuleCrash(f"{type(error).__name__}: {error}") from error
+    reports = [(rule, node, stmt, message) for rule in rules
+               for node, stmt, message in rule.reports]
+    if not reports:
+        return []
+    return _place(module, source, path, reports)
+
+
+def _place(module: cst.Module, source: str, path: str, reports) -> list[Finding]:
+    """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    lines = source.splitlines()
+    findings = set()
+    for rule, node, stmt, message in reports:
+        span = positions[node]
+        line, column = span.start.line, span.start.column
+        if stmt is not None and stmt in positions and positions[stmt].start.line < line:
+            # reported on the statement's first line, where a user writes `# noqa`
+            line, column = positions[stmt].start.line, positions[stmt].start.column
+        # a `# noqa` on any line of a simple statement counts, as in flake8
+        last = positions[stmt].end.line if isinstance(stmt, cst.SimpleStatementLine) else line
+        if any(is_suppressed(text, rule.code) for text in lines[line - 1:max(line, last)]):
+            continue
+        findings.add(Finding(path=path, line=line, column=column + 1, code=rule.code,
+                             end_line=span.end.line, end_column=span.end.column + 1,
+                             name=rule.name, message=message))
+    return sorted(findings)
+
+
+def syntax_error(path: str, line: int, column: int, message: str) -> Finding:
+    return Finding(path=path, line=line, column=column, code=SYNTAX_ERROR_CODE,
+                   end_line=line, end_column=column, name=NAMES_BY_CODE[SYNTAX_ERROR_CODE],
+                   message=message)
+
+
+def decode(data: bytes) -> str:
+    """Python's own rules: a BOM or a coding cookie, else UTF-8."""
+    import io
+    import tokenize
+
+    if b"\0" in data:
+        raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1,
+                                 "it contains NUL bytes (is it a binary file?)")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:
+        encoding = "utf-8"
+    text = data.decode(encoding)
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+# -- many files ---------------------------------------------------------------
+
+@dataclass
+class Report:
+    """What `check_paths` found: findings sorted by path, line, column, code;
+    internal errors (memlint's own failures) kept apart so callers exit 2."""
+
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[InternalError] = field(default_factory=list)
+    files: int = 0
+
+
+def check_file(path: str, settings: Settings) -> tuple[list[Finding], InternalError | None]:
+    """One file from disk; never raises."""
+    try:
+        if path.endswith(NOTEBOOK_SUFFIX):
+            from memlint.notebook import check_notebook
+            return check_notebook(path, settings), None
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        return [syntax_error(path, 1, 1, f"cannot read the file: {error.strerror or error}")], None
+    try:
+        return check_source(data, path, settings), None
+    except RuleCrash as crash:
+        return [], InternalError(path, str(crash))
+
+
+def _check_chunk(args: tuple[list[str], Settings]):
+    paths, settings = args
+    return [check_file(p, settings) for p in paths]
+
+
+def check_paths(paths: Iterable[str], settings: Settings | None = None,
+                jobs: int | None = None) -> Report:
+    """Check files and directories (recursing, honouring excludes) in parallel."""
+    settings = settings or Settings()
+    files = sorted(set(discover(paths, settings)))
+    report = Report(files=len(files))
+    jobs = jobs or os.cpu_count() or 1
+    results: Iterator[tuple[list[Finding], InternalError | None]]
+    if jobs <= 1 or len(files) < 4:
+        results = (check_file(p, settings) for p in files)
+        for findings, error in results:
+            _collect(report, findings, error)
+    else:
+        chunks = [files[i::jobs * 4] for i in range(jobs * 4)]
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for chunk in pool.map(_check_chunk, [(c, settings) for c in chunks if c]):
+                for findings, error in chunk:
+                    _collect(report, findings, error)
+    report.findings.sort()
+    report.errors.sort(key=lambda e: e.path)
+    return report
+
+
+def _collect(report: Report, findings: Sequence[Finding], error: InternalError | None) -> None:
+    report.findings.extend(findings)
+    if error is not None:
+        report.errors.append(error)
+
+
+def discover(paths: Iterable[str], settings: Settings) -> Iterator[str]:
+    """Python files and notebooks under `paths`. A file named explicitly is
+    always checked; excludes apply to what a directory walk finds."""
+    for path in paths:
+        if os.path.isdir(path):
+            yield from _walk_directory(path, settings)
+        else:
+            yield path
+
+
+def _walk_directory(top: str, settings: Settings) -> Iterator[str]:
+    seen: set[tuple[int, int]] = set()
+    for root, dirs, files in os.walk(top, followlinks=True):
+        try:
+            stat = os.stat(root)
+        except OSError:
+            dirs[:] = []
+            continue
+        if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop
+            dirs[:] = []
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
+        dirs[:] = sorted(d for d in dirs if not settings.is_excluded(os.path.join(root, d)))
+        for name in sorted(files):
+            if name.endswith((*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)):
+                full = os.path.join(root, name)
+                if not settings.is_excluded(full):
+                    yield full
+

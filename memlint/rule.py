@@ -1,0 +1,50 @@
+"""The base class every rule derives from.
+
+A rule module reads top to bottom: docstring (the rule's summary), `code`,
+`name`, `keywords`, the `VALID` / `INVALID` examples (collected by one generic
+test), then `visit_<Node>` / `leave_<Node>` methods that call `self.report`.
+Suppression, positions and selection are the engine's business; no rule looks
+at comments.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import libcst as cst
+
+from memlint.context import Context
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    #: The file is only parsed for this rule if its text contains one of these.
+    keywords: ClassVar[tuple[str, ...]]
+    #: Code snippets the rule must leave alone / must flag.
+    VALID: ClassVar[list[str]] = []
+    INVALID: ClassVar[list[str]] = []
+
+    def __init__(self, ctx: Context, options: dict | None = None) -> None:
+        self.ctx = ctx
+        self.options = options or {}
+        self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str]] = []
+
+    def report(self, node: cst.CSTNode, message: str) -> None:
+        """Flag `node`; the finding is placed on the first line of its statement."""
+        self.reports.append((node, self.statement(), message))
+
+    def statement(self) -> cst.CSTNode | None:
+        """The innermost statement enclosing the current node."""
+        for ancestor in reversed(self.ctx.ancestors):
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return ancestor
+        return None
+
+    def finish(self) -> None:
+        """Called once after the whole module was walked: rules that need
+        facts from the whole file (call sites, loaders vs device moves) report here."""
+
+    @classmethod
+    def summary(cls) -> str:
+        return (cls.__doc__ or "").strip().splitlines()[0]

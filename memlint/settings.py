@@ -1,0 +1,66 @@
+"""Which rules run on which file: the resolved form of CLI flags and `[tool.memlint]`."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePath
+
+from memlint.rules import ALL_CODES, SYNTAX_ERROR_CODE
+
+DEFAULT_EXCLUDES = (".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", ".env",
+                    "env", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+                    "build", "dist", "site-packages", "node_modules", ".eggs", "*.egg-info",
+                    ".ipynb_checkpoints")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`select`/`ignore` hold codes or prefixes (`MEM00`), as in flake8 and ruff."""
+
+    select: tuple[str, ...] = ("MEM",)
+    ignore: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDES
+    extend_exclude: tuple[str, ...] = ()
+    per_file_ignores: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    rule_options: dict[str, dict] = field(default_factory=dict)
+    #: where relative `exclude` / `per-file-ignores` patterns are anchored
+    root: str = "."
+
+    def selected_codes(self, path: str | None = None) -> frozenset[str]:
+        """The rule codes that apply to `path`; MEM000 always does."""
+        ignore = list(self.ignore)
+        if path is not None:
+            for pattern, codes in self.per_file_ignores.items():
+                if path_matches(path, pattern, self.root):
+                    ignore.extend(codes)
+        chosen = {SYNTAX_ERROR_CODE}
+        for code in ALL_CODES:
+            selected = _longest_prefix(code, (*self.select, *self.extend_select))
+            ignored = _longest_prefix(code, ignore)
+            if selected > ignored:
+                chosen.add(code)
+        return frozenset(chosen)
+
+    def is_excluded(self, path: str) -> bool:
+        return any(path_matches(path, pattern, self.root)
+                   for pattern in (*self.exclude, *self.extend_exclude))
+
+
+def _longest_prefix(code: str, prefixes) -> int:
+    """Most specific match wins, so `--select MEM003 --ignore MEM` keeps MEM003."""
+    return max((len(p) for p in prefixes if code.startswith(p)), default=-1)
+
+
+def path_matches(path: str, pattern: str, root: str = ".") -> bool:
+    """A pattern matches the whole path, the path relative to `root`, or any one
+    of its components (`build` excludes every folder named build)."""
+    pure = PurePath(path)
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    candidates = {path, pure.as_posix(), PurePath(relative).as_posix()}
+    pattern = pattern.rstrip("/")
+    if any(fnmatch.fnmatch(c, pattern) for c in candidates):
+        return True
+    return "/" not in pattern and any(fnmatch.fnmatch(part, pattern) for part in pure.parts)

@@ -1,0 +1,27 @@
+"""Read the `# expect: MEMxxx` annotations that fixtures carry on flagged lines."""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+_EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>MEM[0-9]{3}(?:\s*,\s*MEM[0-9]{3})*)")
+
+
+def expected_findings(source: str) -> set[tuple[int, str]]:
+    """(line, code) for every `# expect:` comment (real comments only, not strings)."""
+    expected = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            match = _EXPECT.search(token.string)
+            if match:
+                for code in re.split(r"\s*,\s*", match.group("codes")):
+                    expected.add((token.start[0], code))
+    return expected
+
+
+def fixture_files(suffix: str = ".py") -> list[Path]:
+    return sorted(p for p in FIXTURES.rglob(f"*{suffix}") if "__pycache__" not in p.parts)

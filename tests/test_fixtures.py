@@ -1,0 +1,26 @@
+"""Every fixture yields exactly its `# expect:` annotations, no more, no fewer."""
+
+from __future__ import annotations
+
+import pytest
+
+from memlint import check_source
+from tests.expectations import FIXTURES, expected_findings, fixture_files
+
+FILES = fixture_files(".py")
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(FIXTURES)) for p in FILES])
+def test_fixture_yields_exactly_its_annotations(path):
+    source = path.read_text(encoding="utf-8")
+    found = {(f.line, f.code) for f in check_source(source, str(path))}
+    assert found == expected_findings(source)
+
+
+def test_there_are_fixtures_for_every_rule():
+    from memlint.rules import ALL_RULES
+
+    annotated = set()
+    for path in FILES:
+        annotated |= {code for _, code in expected_findings(path.read_text(encoding="utf-8"))}
+    assert {r.code for r in ALL_RULES} <= annotated
