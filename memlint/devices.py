@@ -1,0 +1,126 @@
+"""Is this expression a CUDA device, and is this call a move onto one?
+
+Shared by every rule that cares where tensors live (MEM001, MEM002, MEM005).
+Answers are three-valued: True (a CUDA device, or a name that code
+conventionally uses for one), False (known to be the CPU, a dtype, ...),
+None (cannot tell).
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from memlint.context import Context
+from memlint.names import call_arg, dotted_name
+
+#: Names that hold the training device in real code when their binding is not visible.
+CONVENTIONAL_DEVICE_NAMES = {"device", "dev", "cuda_device", "gpu", "self.device",
+                             "args.device", "opt.device", "cfg.device", "config.device",
+                             "world.device", "self.dev", "params.device", "hparams.device"}
+_CUDA_TENSOR_TYPES = {"FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
+                      "LongTensor", "IntTensor", "ShortTensor", "ByteTensor", "CharTensor",
+                      "BoolTensor"}
+_DEVICE_FACTORIES = {"torch.device"}
+_CURRENT_CUDA = {"torch.cuda.current_device", "torch.accelerator.current_accelerator"}
+
+
+def string_value(node: cst.BaseExpression) -> str | None:
+    """The text of a plain string literal, or the leading text of an f-string."""
+    if isinstance(node, cst.SimpleString):
+        try:
+            value = node.evaluated_value
+        except Exception:
+            return None
+        return value if isinstance(value, str) else None
+    if isinstance(node, cst.FormattedString):
+        head = node.parts[0] if node.parts else None
+        return head.value if isinstance(head, cst.FormattedStringText) else ""
+    if isinstance(node, cst.ConcatenatedString):
+        return string_value(node.left)
+    return None
+
+
+def _device_string(text: str) -> bool | None:
+    text = text.strip().lower()
+    if text.startswith("cuda"):
+        return True
+    if text.startswith(("cpu", "mps", "meta", "xla", "xpu")):
+        return False
+    return None
+
+
+def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0) -> bool | None:
+    """Whether `node` names a CUDA device."""
+    if node is None or depth > 6:
+        return None
+    text = string_value(node)
+    if text is not None:
+        return _device_string(text)
+    if isinstance(node, cst.Integer):
+        return True  # `.to(0)`, `.cuda(1)`: a CUDA ordinal
+    if isinstance(node, cst.IfExp):
+        branches = (is_cuda_device(node.body, ctx, depth + 1),
+                    is_cuda_device(node.orelse, ctx, depth + 1))
+        if True in branches:
+            return True
+        return False if branches == (False, False) else None
+    if isinstance(node, cst.Call):
+        qualified = ctx.qualify(node.func)
+        if qualified in _DEVICE_FACTORIES:
+            first = call_arg(node, "type", position=0)
+            return is_cuda_device(first.value, ctx, depth + 1) if first else None
+        if qualified in _CURRENT_CUDA:
+            return True
+        name = dotted_name(node.func) or ""
+        if "device" in name.rsplit(".", 1)[-1].lower():
+            return True  # get_device(), utils.get_device(), ...
+        return None
+    name = dotted_name(node)
+    if name is None:
+        return None
+    if name.endswith(".device") and name not in CONVENTIONAL_DEVICE_NAMES:
+        return None  # `x.to(other.device)` follows another tensor
+    qualified = ctx.qualify(node)
+    if qualified is not None and qualified.startswith("torch."):
+        return False  # `torch.float16`, `torch.int64`: dtypes
+    bound = ctx.binding(name)
+    if bound is not None:
+        return is_cuda_device(bound, ctx, depth + 1)
+    if name in CONVENTIONAL_DEVICE_NAMES or name.rsplit(".", 1)[-1] in CONVENTIONAL_DEVICE_NAMES:
+        return True
+    return None
+
+
+def cuda_tensor_type(node: cst.BaseExpression, ctx: Context) -> bool:
+    """`torch.cuda.FloatTensor`, or a name bound to it (`Tensor = torch.cuda.FloatTensor`)."""
+    node = ctx.resolve(node)
+    qualified = ctx.qualify(node) or ""
+    return qualified.startswith("torch.cuda.") and qualified.rsplit(".", 1)[-1] in _CUDA_TENSOR_TYPES
+
+
+def moves_to_cuda(call: cst.Call, ctx: Context) -> bool:
+    """`x.cuda()`, `x.to(<cuda device>)`, `x.type(torch.cuda.FloatTensor)`."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return False
+    method = func.attr.value
+    if method == "cuda":
+        return not (ctx.qualify(func.value) or "").startswith("torch")  # not `torch.cuda`
+    if method == "to":
+        target = call_arg(call, "device", position=0)
+        return target is not None and is_cuda_device(target.value, ctx) is True
+    if method == "type" and call.args:
+        return cuda_tensor_type(call.args[0].value, ctx)
+    return False
+
+
+def creates_on_cuda(call: cst.Call, ctx: Context) -> bool:
+    """A tensor built straight on a CUDA device: `torch.tensor(x, device="cuda")`,
+    `torch.cuda.FloatTensor(x)`."""
+    if cuda_tensor_type(call.func, ctx):
+        return True
+    qualified = ctx.qualify(call.func) or ""
+    if not qualified.startswith("torch."):
+        return False
+    device = call_arg(call, "device")
+    return device is not None and is_cuda_device(device.value, ctx) is True
