@@ -32,8 +32,11 @@ class RuleCrash(Exception):
 
 
 def check_source(source: str | bytes, path: str = "<stdin>",
-                 settings: Settings | None = None) -> list[Finding]:
-    """Findings for one file's text. Raises `RuleCrash` if a rule fails."""
+                 settings: Settings | None = None, noqa: bool = True) -> list[Finding]:
+    """Findings for one file's text. Raises `RuleCrash` if a rule fails.
+
+    `noqa=False` reports findings that `# noqa` comments would hide (flake8's
+    `--disable-noqa`)."""
     settings = settings or Settings()
     selected = settings.selected_codes(path)
     if isinstance(source, bytes):
@@ -70,10 +73,11 @@ def check_source(source: str | bytes, path: str = "<stdin>",
                for node, stmt, message in rule.reports]
     if not reports:
         return []
-    return _place(module, source, path, reports)
+    return _place(module, source, path, reports, noqa)
 
 
-def _place(module: cst.Module, source: str, path: str, reports) -> list[Finding]:
+def _place(module: cst.Module, source: str, path: str, reports,
+           noqa: bool = True) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     lines = source.splitlines()
@@ -86,7 +90,8 @@ def _place(module: cst.Module, source: str, path: str, reports) -> list[Finding]
             line, column = positions[stmt].start.line, positions[stmt].start.column
         # a `# noqa` on any line of a simple statement counts, as in flake8
         last = positions[stmt].end.line if isinstance(stmt, cst.SimpleStatementLine) else line
-        if any(is_suppressed(text, rule.code) for text in lines[line - 1:max(line, last)]):
+        if noqa and any(is_suppressed(text, rule.code)
+                        for text in lines[line - 1:max(line, last)]):
             continue
         findings.add(Finding(path=path, line=line, column=column + 1, code=rule.code,
                              end_line=span.end.line, end_column=span.end.column + 1,
