@@ -143,6 +143,8 @@ def check_file(path: str, settings: Settings) -> tuple[list[Finding], InternalEr
             data = handle.read()
     except OSError as error:
         return [syntax_error(path, 1, 1, f"cannot read the file: {error.strerror or error}")], None
+    except RuleCrash as crash:  # from a notebook's cells
+        return [], InternalError(path, str(crash))
     try:
         return check_source(data, path, settings), None
     except RuleCrash as crash:

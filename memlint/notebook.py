@@ -1,0 +1,177 @@
+"""Check Jupyter notebooks: the code cells, joined in order, through the same engine.
+
+The code cells are checked as one module, so an `import torch` in the first
+cell resolves a `torch.load` in the tenth. IPython syntax that is not Python
+(`%matplotlib inline`, `!pip install ...`, `x = !ls`, `model?`, a `%%bash`
+cell) is replaced line for line, so every line keeps its number.
+
+Where a notebook finding points (fields of `memlint.Finding`):
+
+- `cell`: 1-based position of the cell among ALL cells of the notebook,
+  markdown included (`notebook["cells"][cell - 1]` is the flagged cell);
+- `cell_line`: 1-based line inside that cell; `column` is a column of that line;
+- `line` / `end_line`: lines of the code cells joined in order, which keeps
+  findings sorted from the first cell to the last. Reporters show the cell:
+  `nb.ipynb:cell 3:2:5: MEM003 ...`.
+
+A notebook that is not valid JSON or not shaped like nbformat 4 is one MEM000
+finding, never a traceback; so is a code cell that does not parse (its code is
+left out, the other cells are still checked). Notebooks are parsed with the
+json module only: `check` needs nothing but libcst.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import warnings
+from dataclasses import dataclass, replace
+
+from memlint.engine import check_source, syntax_error
+from memlint.finding import Finding
+from memlint.rules import SYNTAX_ERROR_CODE
+from memlint.settings import Settings
+
+#: Cell magics whose body is Python; any other cell magic (`%%bash`,
+#: `%%writefile`, `%%html`, ...) makes the whole cell something else.
+PYTHON_CELL_MAGICS = frozenset({
+    "time", "timeit", "capture", "prun", "debug", "memit", "mprun", "snakeviz",
+    "scalene", "pypy", "python", "python3", "cuda_memory",
+})
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_CELL_MAGIC = re.compile(r"\s*%%(?P<name>\w+)")
+# `%magic`, `!cmd`, `x = %magic`, `files = !ls`, `?obj`, `obj?`, `obj??`
+_IPYTHON_LINE = re.compile(
+    r"(?P<indent>\s*)(?:(?:[\w.\[\]\s,]+=\s*)?[%!]|\?\??[\w.]*\s*$|[\w.]+\?\??\s*$)")
+
+
+@dataclass(frozen=True)
+class _CodeLine:
+    cell: int
+    cell_line: int
+
+
+def check_notebook(path: str, settings: Settings | None = None) -> list[Finding]:
+    """Findings for a notebook on disk. `OSError` is the caller's (the engine
+    turns it into MEM000); a rule failure raises `RuleCrash`, as for a file."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    return check_notebook_source(data, path, settings)
+
+
+def check_notebook_source(data: str | bytes, path: str,
+                          settings: Settings | None = None) -> list[Finding]:
+    """Findings for a notebook's JSON text."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            notebook = json.loads(data)
+    except UnicodeDecodeError as error:
+        return [syntax_error(path, 1, 1, f"cannot decode the notebook: {error.reason}")]
+    except json.JSONDecodeError as error:
+        return [syntax_error(path, error.lineno, error.colno,
+                             f"not a notebook: invalid JSON ({error.msg})")]
+    problem = _shape_problem(notebook)
+    if problem:
+        return [syntax_error(path, 1, 1, f"not a notebook memlint can read: {problem}")]
+    if not _is_python(notebook):
+        return []
+
+    code_lines: list[str] = []
+    origins: list[_CodeLine] = []
+    findings: list[Finding] = []
+    for cell_number, cell in enumerate(notebook["cells"], start=1):
+        if cell["cell_type"] != "code":
+            continue
+        source = cell["source"]
+        text = "".join(source) if isinstance(source, list) else source
+        lines = _LINE_BREAK.split(text)
+        if _parse_error(lines) is not None:
+            lines = python_lines(lines)
+            unparsable = _parse_error(lines)
+            if unparsable is not None:
+                line, column, message = unparsable
+                error = syntax_error(path, len(code_lines) + line, column, message)
+                findings.append(replace(error, cell=cell_number, cell_line=line))
+                lines = [""] * len(lines)
+        code_lines.extend(lines)
+        origins.extend(_CodeLine(cell_number, n) for n in range(1, len(lines) + 1))
+
+    for finding in check_source("\n".join(code_lines) + "\n", path, settings):
+        origin = origins[min(finding.line, len(origins)) - 1]
+        if finding.code == SYNTAX_ERROR_CODE:
+            # the cells parsed one by one but not together: say which cell
+            finding = replace(finding, message=f"{finding.message} (the code cells joined)")
+        findings.append(replace(finding, cell=origin.cell, cell_line=origin.cell_line))
+    return sorted(findings)
+
+
+def python_lines(lines: list[str]) -> list[str]:
+    """The cell's lines with IPython-only syntax replaced, one line for one line.
+    Only used on a cell that does not parse as it is, so `% b` continuing an
+    expression in valid Python is never mistaken for a magic."""
+    magic = _CELL_MAGIC.match(lines[0]) if lines else None
+    if magic:
+        if magic.group("name") not in PYTHON_CELL_MAGICS:
+            return [""] * len(lines)
+        lines = ["", *lines[1:]]
+    return [_without_ipython_syntax(line) for line in lines]
+
+
+def _without_ipython_syntax(line: str) -> str:
+    match = _IPYTHON_LINE.match(line)
+    if match is None:
+        return line
+    # `pass` keeps a block valid where the magic was its only statement
+    return f"{match.group('indent')}pass"
+
+
+def _parse_error(lines: list[str]) -> tuple[int, int, str] | None:
+    """(line, column, message) if the cell is not Python, else None."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences are not ours to report
+            ast.parse("\n".join(lines) + "\n")
+    except SyntaxError as error:
+        return (error.lineno or 1, error.offset or 1,
+                f"cannot parse this cell, its code was not checked: {error.msg}")
+    except (ValueError, RecursionError, MemoryError) as error:
+        return 1, 1, f"cannot parse this cell, its code was not checked: {error}"
+    return None
+
+
+def _shape_problem(notebook: object) -> str | None:
+    """What keeps this JSON from being an nbformat-4 notebook, if anything."""
+    if not isinstance(notebook, dict):
+        return "the top level is not a JSON object"
+    major = notebook.get("nbformat", 4)
+    if isinstance(major, int) and major < 4:
+        return (f"nbformat {major} is not supported; convert it with "
+                "`jupyter nbconvert --to notebook --nbformat 4`")
+    cells = notebook.get("cells")
+    if not isinstance(cells, list):
+        return "it has no \"cells\" list"
+    for number, cell in enumerate(cells, start=1):
+        if not isinstance(cell, dict) or not isinstance(cell.get("cell_type"), str):
+            return f"cell {number} has no \"cell_type\""
+        source = cell.get("source")
+        if not (isinstance(source, str)
+                or (isinstance(source, list) and all(isinstance(s, str) for s in source))):
+            return f"cell {number} has no \"source\" text"
+    return None
+
+
+def _is_python(notebook: dict) -> bool:
+    """False for notebooks of another kernel language (R, Julia, ...)."""
+    metadata = notebook.get("metadata")
+    if not isinstance(metadata, dict):
+        return True
+    for key in ("language_info", "kernelspec"):
+        section = metadata.get(key)
+        language = section.get("language" if key == "kernelspec" else "name") \
+            if isinstance(section, dict) else None
+        if isinstance(language, str) and language:
+            return language.lower() == "python"
+    return True
