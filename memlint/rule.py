@@ -30,9 +30,11 @@ class Rule:
         self.options = options or {}
         self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str]] = []
 
-    def report(self, node: cst.CSTNode, message: str) -> None:
-        """Flag `node`; the finding is placed on the first line of its statement."""
-        self.reports.append((node, self.statement(), message))
+    def report(self, node: cst.CSTNode, message: str,
+               statement: cst.CSTNode | None = None) -> None:
+        """Flag `node`; the finding is placed on the first line of its statement
+        (pass `statement`, kept from the visit, when reporting from `finish()`)."""
+        self.reports.append((node, statement or self.statement(), message))
 
     def statement(self) -> cst.CSTNode | None:
         """The innermost statement enclosing the current node."""
