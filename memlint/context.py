@@ -22,12 +22,26 @@ _SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
              "torch.autograd.grad_mode.set_grad_enabled"}
 
 
+@dataclass(frozen=True)
+class BindingSite:
+    """Where a name got its current value: the loops of the function around the
+    assignment (to tell an accumulator rebuilt every iteration from one that
+    outlives them), the grad mode then, and for `a, b = f(x)` the unpacked value
+    and position (the binding itself is unknown)."""
+
+    loops: tuple[cst.CSTNode, ...]
+    grad_enabled: bool
+    unpacked_from: cst.BaseExpression | None = None
+    unpacked_index: int | None = None
+
+
 @dataclass
 class Scope:
     """A module, class or function body: its bindings and its own grad mode."""
 
     node: cst.CSTNode
     bindings: dict[str, cst.BaseExpression] = field(default_factory=dict)
+    sites: dict[str, BindingSite] = field(default_factory=dict)
     loops: list[cst.CSTNode] = field(default_factory=list)
     loop_targets: dict[str, cst.CSTNode] = field(default_factory=dict)
     grad: list[bool] = field(default_factory=list)  # innermost last; True = enabled
@@ -36,8 +50,13 @@ class Scope:
 class Context:
     """Traversal state: scopes, loops, grad mode, ancestors."""
 
-    def __init__(self, names: ImportTable) -> None:
+    def __init__(self, names: ImportTable, path: str = "<stdin>") -> None:
         self.names = names
+        #: the file being checked (a rule may treat test files differently)
+        self.path = path
+        #: module-wide analyses shared by rules (one instance per type), walked
+        #: before the rules so their facts are current when a rule visits a node
+        self.analyses: dict[type, object] = {}
         self.ancestors: list[cst.CSTNode] = []
         self.scopes: list[Scope] = []
 
@@ -112,6 +131,13 @@ class Context:
                 return value
         return None
 
+    def binding_site(self, name: str) -> BindingSite | None:
+        """Where `name` (plain or dotted) got the value `binding(name)` returns."""
+        for scope in reversed(self.scopes):
+            if name in scope.bindings:
+                return scope.sites.get(name)
+        return None
+
     def resolve(self, node: cst.BaseExpression, depth: int = 4) -> cst.BaseExpression:
         """Follow `x = <expr>` bindings of plain or dotted names a few steps."""
         seen = 0
@@ -169,6 +195,7 @@ class Context:
             for name in _target_names(node.target):
                 self.scope.loop_targets[name] = node
                 self.scope.bindings.pop(name, None)
+                self.scope.sites.pop(name, None)
 
     def leave_body(self, node: cst.CSTNode) -> None:
         self.scope.loops.pop()
@@ -197,12 +224,16 @@ class Context:
     def _current_grad(self) -> bool:
         return not self.grad_disabled
 
-    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression) -> None:
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression,
+              unpacked: tuple[cst.BaseExpression, int] | None = None) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
             values = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
             for i, element in enumerate(target.elements):
                 inner = values[i].value if values is not None and i < len(values) else value
-                self._bind(element.value, inner if values is not None else _UNKNOWN)
+                if values is not None:
+                    self._bind(element.value, inner)
+                else:
+                    self._bind(element.value, _UNKNOWN, (value, i))
             return
         name = dotted_name(target)
         if name is None:
@@ -213,6 +244,8 @@ class Context:
         if name.startswith("self.") or name.startswith("cls."):
             scope = next((s for s in reversed(self.scopes) if isinstance(s.node, cst.ClassDef)), scope)
         scope.bindings[name] = value
+        scope.sites[name] = BindingSite(tuple(self.scope.loops), not self.grad_disabled,
+                                        *(unpacked or (None, None)))
 
 
 _UNKNOWN = cst.Name("__memlint_unknown__")

@@ -1,0 +1,301 @@
+"""A tensor with autograd history kept across loop iterations holds every iteration's graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from memlint.autograd_values import AutogradValues, Value, names_in
+from memlint.names import dotted_name
+from memlint.rule import Rule
+
+_STORING_METHODS = {"append": "append", "extend": "extend with", "insert": "insert",
+                    "appendleft": "append"}
+_CONCATENATIONS = {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack",
+                   "torch.hstack", "torch.vstack", "torch.row_stack", "torch.column_stack",
+                   "torch.dstack"}
+_AUTOGRAD_ENTRY = {"torch.autograd.backward", "torch.autograd.grad"}
+_BACKWARD_METHODS = {"backward", "manual_backward"}
+_MODULE_BASES = {"torch.nn.Module", "nn.Module", "Module"}
+
+
+@dataclass
+class _Store:
+    """A flagged store, held until the function ends: a later `backward()` on
+    the container (REINFORCE, one backward over an accumulated loss) means the
+    graph was kept on purpose."""
+
+    node: cst.CSTNode
+    statement: cst.CSTNode | None
+    message: str
+    derived: set[str]
+    consumed: bool = False
+
+
+@dataclass
+class _Frame:
+    node: cst.CSTNode
+    model_code: bool
+    stores: list[_Store] = field(default_factory=list)
+    calls_backward: bool = False
+
+
+class TensorHistoryKept(Rule):
+    """A value that still carries autograd history (a module's output, a loss,
+    arithmetic on them) stored in something that outlives the loop iteration:
+    `losses.append(loss)`, `total += loss`, `x = torch.cat((x, out))`. Each
+    stored value keeps its whole graph alive, and with it every tensor saved for
+    backward: eval outputs kept without `no_grad` retain their activations each
+    step; a kept loss retains at least its graph and a storage as large as its
+    input. Store `loss.item()` for scalars, `out.detach()` (or
+    `.detach().cpu()`) for tensors."""
+
+    code = "MEM003"
+    name = "tensor-history-kept"
+    keywords = ("for ", "while ")
+
+    VALID = [
+        # .item() gives a Python float
+        "import torch\nlosses = []\nfor x, y in loader:\n    loss = criterion(model(x), y)\n"
+        "    loss.backward()\n    losses.append(loss.item())",
+        # under no_grad
+        "import torch\nouts = []\nwith torch.no_grad():\n    for x in loader:\n"
+        "        outs.append(model(x))",
+        # detached output
+        "import torch\nouts = []\nfor x in loader:\n    outs.append(model(x).detach().cpu())",
+        # a comparison has no history
+        "import torch\ncorrect = 0\nfor x, y in loader:\n    out = model(x)\n"
+        "    correct += (out.argmax(1) == y).sum()",
+        # the indices of torch.max
+        "import torch\npreds = []\nfor x in loader:\n    _, pred = torch.max(model(x), 1)\n"
+        "    preds.append(pred)",
+        # rebuilt every iteration
+        "import torch\nfor epoch in range(3):\n    for x, y in loader:\n        batch_losses = []\n"
+        "        batch_losses.append(criterion(model(x), y))\n"
+        "        sum(batch_losses).backward()",
+        # REINFORCE: the log-probs are kept for one backward after the episode
+        "import torch\nfrom torch.distributions import Categorical\nlog_probs = []\n"
+        "for t in range(100):\n    dist = Categorical(policy(state))\n    action = dist.sample()\n"
+        "    log_probs.append(dist.log_prob(action))\n"
+        "loss = -torch.stack(log_probs).sum()\nloss.backward()",
+        # a helper that returns a float, whatever its name
+        "import torch\ndef compute_loss(out, y):\n    return criterion(out, y).item()\n"
+        "total = 0.0\nfor x, y in loader:\n    total += compute_loss(model(x), y)",
+        # a loss of detached inputs
+        "import torch.nn as nn\nmse = nn.MSELoss()\nhist = []\nfor x in loader:\n"
+        "    out = model(x)\n    hist.append(mse(out.detach(), x.data))",
+        # a residual chain in a forward, not an accumulation
+        "import torch\nclass Net(torch.nn.Module):\n    def forward(self, x):\n"
+        "        for block in self.blocks:\n            x = x + block(x)\n        return x",
+        # the accumulated loss is back-propagated once: gradient accumulation on purpose
+        "import torch\nloss_total = 0\nfor x, y in loader:\n"
+        "    loss_total = loss_total + criterion(model(x), y)\nloss_total.backward()",
+    ]
+    INVALID = [
+        "import torch\nlosses = []\nfor x, y in loader:\n    loss = criterion(model(x), y)\n"
+        "    loss.backward()\n    losses.append(loss)",
+        "import torch\ntotal_loss = 0\nfor x, y in loader:\n    out = model(x)\n"
+        "    loss = criterion(out, y)\n    loss.backward()\n    total_loss += loss",
+        "import torch\nouts = []\nfor x in loader:\n    outs.append(model(x))",
+        "import torch\nhistory = {'loss': []}\nfor x, y in loader:\n"
+        "    history['loss'].append(criterion(model(x), y))",
+        "import torch\nacc = 0\nfor x, y in loader:\n    acc = acc + loss_fn(net(x), y)",
+        "import torch\nfeats = None\nfor x in loader:\n    out = encoder(x)\n"
+        "    feats = out if feats is None else torch.cat((feats, out))",
+        "import torch\nfrom torch.nn import functional as F\nclass Trainer:\n"
+        "    def __init__(self):\n        self.losses = []\n    def fit(self, loader):\n"
+        "        for x, y in loader:\n            loss = F.cross_entropy(self.model(x), y)\n"
+        "            self.losses.append(loss)",
+        "import torch.nn as nn\ncrit = nn.MSELoss()\nrunning = 0.0\nwhile step < 10:\n"
+        "    running += crit(net(x), y) * x.size(0)",
+        "import torch\nx = torch.zeros(0, 4)\nfor batch in loader:\n"
+        "    x = torch.cat([x, model(batch)], dim=0)",
+        "import torch\nmetrics = {}\nfor x, y in loader:\n    outputs = model(x)\n"
+        "    metrics['loss'] += outputs.loss",
+    ]
+
+    def __init__(self, ctx, options=None) -> None:
+        super().__init__(ctx, options)
+        self.values = AutogradValues(ctx)
+        self.frames: list[_Frame] = []
+
+    # -- frames: one per function, and the module ---------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self.frames.append(_Frame(node, model_code=False))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.frames.append(_Frame(node, model_code=self._is_model_code(node)))
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.values.note_function_end(node.name.value)
+        self._settle(self.frames.pop())
+
+    def finish(self) -> None:
+        while self.frames:
+            self._settle(self.frames.pop())
+
+    def _settle(self, frame: _Frame) -> None:
+        if frame.model_code and not frame.calls_backward:
+            return  # a forward pass builds its graph on purpose
+        for store in frame.stores:
+            if not store.consumed:
+                self.reports.append((store.node, store.statement, store.message))
+
+    def _is_model_code(self, node: cst.FunctionDef) -> bool:
+        name = node.name.value
+        if name.startswith(("forward", "_forward")) or name == "__call__":
+            return True
+        scopes = self.ctx.scopes  # the walker has entered the function already
+        class_def = scopes[-2].node if len(scopes) > 1 else None
+        if not isinstance(class_def, cst.ClassDef):
+            return False
+        return any(self.ctx.qualify(base.value) in _MODULE_BASES
+                   or dotted_name(base.value) in _MODULE_BASES for base in class_def.bases)
+
+    # -- what functions return -------------------------------------------------
+    def visit_Return(self, node: cst.Return) -> None:
+        function = self.ctx.function
+        if function is not None:
+            self.values.note_return(function.name.value, node.value)
+
+    # -- stores ----------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        self._note_backward(node)
+        func = node.func
+        if not isinstance(func, cst.Attribute) or func.attr.value not in _STORING_METHODS:
+            return
+        if not isinstance(self.ctx.parent, cst.Expr):
+            return
+        position = 1 if func.attr.value == "insert" else 0
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        if len(positional) <= position:
+            return
+        self._check_store(node, func.value, positional[position].value,
+                          _STORING_METHODS[func.attr.value])
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
+            return
+        verb = "add" if isinstance(node.operator, cst.AddAssign) else "subtract"
+        self._check_store(node, node.target, node.value, verb, chain_of=node.target)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1:
+            return
+        target = node.targets[0].target
+        name = dotted_name(target)
+        if name is None:
+            return
+        for added, verb in self._accumulated_parts(name, node.value):
+            self._check_store(node, target, added, verb, chain_of=target)
+
+    def _accumulated_parts(self, name: str, value: cst.BaseExpression):
+        """`acc + t` / `t + acc` / `torch.cat((acc, t))`, also as one arm of
+        `t if acc is None else torch.cat((acc, t))`: the parts added to `acc`."""
+        if isinstance(value, cst.IfExp):
+            yield from self._accumulated_parts(name, value.body)
+            yield from self._accumulated_parts(name, value.orelse)
+        elif isinstance(value, cst.BinaryOperation) and \
+                isinstance(value.operator, (cst.Add, cst.Subtract)):
+            if dotted_name(value.left) == name:
+                yield value.right, "add"
+            elif dotted_name(value.right) == name and isinstance(value.operator, cst.Add):
+                yield value.left, "add"
+        elif isinstance(value, cst.Call) and self.ctx.qualify(value.func) in _CONCATENATIONS \
+                and value.args and isinstance(value.args[0].value, (cst.Tuple, cst.List)):
+            elements = [e.value for e in value.args[0].value.elements]
+            if any(dotted_name(e) == name for e in elements):
+                for element in elements:
+                    if dotted_name(element) != name:
+                        yield element, "concatenate"
+
+    def _check_store(self, node: cst.CSTNode, container: cst.BaseExpression,
+                     stored: cst.BaseExpression, verb: str,
+                     chain_of: cst.BaseExpression | None = None) -> None:
+        if not self.ctx.in_loop or self.ctx.grad_disabled:
+            return
+        owner = _container_name(container)
+        if owner is None or not self._outlives_iteration(owner):
+            return
+        if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
+            return  # `x = x + block(x)`: a computation chain, not an accumulation
+        value = self.values.value_of(stored)
+        if not value.history:
+            return
+        container_text = _code(container)
+        self.frames[-1].stores.append(_Store(node, self.statement(),
+                                             _message(stored, value, container_text, verb),
+                                             derived={owner}))
+
+    def _outlives_iteration(self, owner: str) -> bool:
+        """False when the container is (re)bound in the body of the innermost loop."""
+        if self.ctx.loop_target(owner) is not None and self.ctx.binding(owner) is None:
+            return False
+        site = self.ctx.binding_site(owner)
+        if site is None:
+            return True
+        innermost = self.ctx.loops[-1]
+        return not any(loop is innermost for loop in site.loops)
+
+    # -- a later backward consumes the kept graph --------------------------------
+    def _note_backward(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _BACKWARD_METHODS:
+            reads = names_in(func.value) | set().union(*(names_in(a.value) for a in node.args))
+        elif self.ctx.qualify(func) in _AUTOGRAD_ENTRY:
+            reads = set().union(*(names_in(a.value) for a in node.args))
+        else:
+            if isinstance(func, cst.Attribute) and func.attr.value in _STORING_METHODS:
+                self._derive(_container_name(func.value), node.args)
+            return
+        frame = self.frames[-1]
+        frame.calls_backward = True
+        for store in frame.stores:
+            if store.derived & reads:
+                store.consumed = True
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._derive(_container_name(target.target), [node])
+
+    def leave_AugAssign(self, node: cst.AugAssign) -> None:
+        self._derive(_container_name(node.target), [node.value])
+
+    def visit_For(self, node: cst.For) -> None:
+        for name in names_in(node.target):
+            self._derive(name, [node.iter])
+
+    def _derive(self, target: str | None, sources) -> None:
+        """`loss = -torch.stack(log_probs).sum()`: `loss` now stands for the kept list."""
+        if target is None or not self.frames:
+            return
+        reads = set().union(*(names_in(s.value if isinstance(s, cst.Arg) else s) for s in sources))
+        for store in self.frames[-1].stores:
+            if store.derived & reads:
+                store.derived.add(target)
+
+
+def _container_name(node: cst.BaseExpression) -> str | None:
+    """`history` for `history["loss"]`, `self.losses` for `self.losses[k]`."""
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return dotted_name(node)
+
+
+def _code(node: cst.CSTNode, limit: int = 40) -> str:
+    text = " ".join(cst.Module(body=[]).code_for_node(node).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _message(stored: cst.BaseExpression, value: Value, container: str, verb: str) -> str:
+    text = _code(stored)
+    simple = isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+    receiver = text if simple else f"({text})"
+    if value.scalar:
+        fix = f"{verb} {receiver}.item() instead"
+    else:
+        fix = f"{verb} {receiver}.detach() instead (.detach().cpu() to free the GPU copy too)"
+    return (f"'{text}' keeps its autograd graph alive in '{container}' across iterations "
+            f"(every iteration's graph and the tensors it saved for backward stay in memory); "
+            f"{fix}")
