@@ -1,0 +1,114 @@
+"""The flake8 plugin: real flake8 in a subprocess must print what `memlint check` prints."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from memlint import check_paths, check_source
+from memlint.flake8_plugin import MemlintChecker
+from tests.expectations import FIXTURES, fixture_files
+
+FORMAT = "%(path)s:%(row)d:%(col)d: %(code)s %(text)s"
+
+LOADS = textwrap.dedent("""\
+    import torch
+
+    state = torch.load(path)
+    quiet = torch.load(path)  # noqa: MEM007
+    model.load_state_dict(  # noqa: MEM007
+        torch.load(path)["model"]
+    )
+    other = torch.load(path)  # noqa: E501
+""")
+
+
+def flake8(*args: str, stdin: str | None = None, cwd: str | None = None) -> list[str]:
+    """flake8's output lines, run as an editor or CI would, without user config."""
+    result = subprocess.run(
+        [sys.executable, "-m", "flake8", "--isolated", f"--format={FORMAT}", *args],
+        input=stdin, capture_output=True, text=True, cwd=cwd, check=False)
+    assert result.returncode in (0, 1), result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout.splitlines()
+
+
+def positions(lines: list[str], code_prefix: str = "MEM") -> list[tuple[str, int, int, str]]:
+    """(path, line, column, code) of each output line with a memlint code."""
+    found = []
+    for line in lines:
+        path, row, column, rest = line.split(":", 3)
+        code = rest.split()[0]
+        if code.startswith(code_prefix):
+            found.append((os.path.normpath(path), int(row), int(column), code))
+    return found
+
+
+def test_flake8_prints_every_fixture_finding_at_memlint_line_and_column():
+    py_fixtures = [str(p) for p in fixture_files(".py")]
+    expected = [(os.path.normpath(f.path), f.line, f.column, f.code)
+                for f in check_paths(py_fixtures, jobs=1).findings]
+    assert len(expected) >= 3
+    assert sorted(positions(flake8("--select=MEM", *py_fixtures))) == sorted(expected)
+
+
+def test_messages_are_memlint_messages():
+    lines = flake8("--select=MEM", str(FIXTURES / "load_without_map_location"))
+    finding = check_source((FIXTURES / "load_without_map_location" / "resume_training.py")
+                           .read_text(encoding="utf-8"))[0]
+    assert any(line.endswith(f"{finding.code} {finding.message}") for line in lines)
+
+
+def test_stdin_as_editors_send_it_uses_the_lines_and_the_display_name():
+    lines = flake8("--select=MEM", "--stdin-display-name=src/train.py", "-", stdin=LOADS)
+    assert positions(lines) == [("src/train.py", 3, 9, "MEM007"), ("src/train.py", 8, 9, "MEM007")]
+
+
+def test_flake8_noqa_and_memlint_noqa_agree(tmp_path):
+    path = tmp_path / "loads.py"
+    path.write_text(LOADS)
+    expected = [(str(path), f.line, f.column, f.code) for f in check_source(LOADS, str(path))]
+    assert expected == [(str(path), 3, 9, "MEM007"), (str(path), 8, 9, "MEM007")]
+    assert positions(flake8("--select=MEM", str(path))) == expected
+
+
+def test_disable_noqa_shows_what_noqa_hides(tmp_path):
+    path = tmp_path / "loads.py"
+    path.write_text(LOADS)
+    shown = positions(flake8("--select=MEM", "--disable-noqa", str(path)))
+    assert [row for _, row, _, _ in shown] == [3, 4, 5, 8]
+
+
+@pytest.mark.parametrize("args, reported", [
+    ((), True),  # flake8 7 adds plugin codes to its default selection
+    (("--select=E9,F",), False),  # an explicit --select must name MEM
+    (("--select=E9,F", "--extend-select=MEM"), True),
+    (("--select=E9,F,MEM",), True),
+    (("--select=MEM007",), True),
+    (("--extend-ignore=MEM007",), False),
+    (("--extend-ignore=MEM",), False),
+    (("--ignore=MEM00",), False),
+    (("--per-file-ignores=loads.py:MEM007",), False),
+    (("--per-file-ignores=other.py:MEM007",), True),
+])
+def test_flake8_selection_options_choose_memlint_codes(tmp_path, args, reported):
+    (tmp_path / "loads.py").write_text("import torch\nstate = torch.load(path)\n")
+    found = positions(flake8(*args, "loads.py", cwd=str(tmp_path)))
+    assert found == ([("loads.py", 2, 9, "MEM007")] if reported else [])
+
+
+def test_plugin_is_registered_under_its_name_and_version():
+    result = subprocess.run([sys.executable, "-m", "flake8", "--version"],
+                            capture_output=True, text=True, check=True)
+    assert f"memlint: {MemlintChecker.version}" in result.stdout
+
+
+def test_checker_uses_the_lines_it_is_given_not_the_file():
+    checker = MemlintChecker(None, ["import torch\n", "x = torch.load(p)\n"], "not/on/disk.py")
+    results = list(checker.run())
+    assert [(row, column, text.split()[0]) for row, column, text, _ in results] == [
+        (2, 4, "MEM007")]  # 0-based: flake8 prints column 5, as memlint does
