@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -112,3 +113,30 @@ def test_checker_uses_the_lines_it_is_given_not_the_file():
     results = list(checker.run())
     assert [(row, column, text.split()[0]) for row, column, text, _ in results] == [
         (2, 4, "MEM007")]  # 0-based: flake8 prints column 5, as memlint does
+
+
+# How each editor runs flake8 and the pattern it parses the output with
+# (ALE's handler, nvim-lint's flake8 linter, the VS Code Flake8 extension).
+EDITORS = {
+    "ale": (["--format=default", "--stdin-display-name", "src/train.py", "-"],
+            r"^[a-zA-Z]?:?[^:]+:(\d+):?(\d+)?: ([A-Za-z0-9]+):? (.*)$"),
+    "nvim-lint": (["--format=%(path)s:%(row)d:%(col)d:%(code)s:%(text)s", "--no-show-source",
+                   "--stdin-display-name", "src/train.py", "-"],
+                  r"[^:]+:(\d+):(\d+):(\w+):(.+)"),
+    "vscode": (["--format=%(row)d,%(col)d,%(code).1s,%(code)s:%(text)s",
+                "--stdin-display-name", "src/train.py", "-"],
+               r"(\d+),(-?\d+),\w+,(\w+\d+):([^\r\n]*)"),
+}
+
+
+@pytest.mark.parametrize("editor", sorted(EDITORS))
+def test_editors_parse_flake8_output_to_memlint_positions(editor):
+    args, pattern = EDITORS[editor]
+    result = subprocess.run([sys.executable, "-m", "flake8", "--isolated", *args], input=LOADS,
+                            capture_output=True, text=True, check=False)
+    parsed = [re.match(pattern, line) for line in result.stdout.splitlines()]
+    assert all(parsed), result.stdout
+    found = [(int(m.group(1)), int(m.group(2)), m.group(3)) for m in parsed
+             if m.group(3).startswith("MEM")]
+    assert found == [(f.line, f.column, f.code) for f in check_source(LOADS)]
+    assert found
