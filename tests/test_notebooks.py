@@ -180,7 +180,7 @@ def test_directories_include_notebooks_but_not_checkpoint_copies(tmp_path):
     assert report.files == 2 and report.errors == []
 
 
-def test_fixture_directory_of_notebooks_is_checked_like_the_files(monkeypatch):
+def test_fixture_directory_of_notebooks_is_checked_like_the_files():
     report = check_paths([str(FIXTURES / "notebooks")], jobs=1)
     assert {(f.cell, f.cell_line, f.code) for f in report.findings} == {
         (c, n, code) for p in NOTEBOOKS
