@@ -1,0 +1,212 @@
+"""The child process of `memlint verify`: runs the user's script as `__main__`
+with probes on the flagged statements and writes what they measured as JSON.
+
+    python -m memlint.verify.child SPEC.json
+
+SPEC holds the script, its arguments, the findings (id, line, code), the
+device, and where to write results (and optionally a memory snapshot and a
+timeline). The result file is written on every way out: normal end,
+`sys.exit`, an exception (an out-of-memory error is evidence, kept with its
+line), and SIGTERM from the parent's timeout.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import types
+
+
+class StoppedByTimeout(BaseException):
+    """Raised in the main thread when the parent's timeout sends SIGTERM."""
+
+
+class Timeline:
+    """Device memory over the run (a sampler thread) and each probed
+    statement's executions, for `--plot`."""
+
+    MAX_POINTS = 200_000
+
+    def __init__(self, device, interval: float = 0.005) -> None:
+        self.device = device
+        self.interval = interval
+        self.start = time.perf_counter()
+        self.samples: list[tuple[float, int]] = []
+        self.events: list[tuple[float, int, str, int]] = []
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.start
+
+    def _sample(self) -> None:
+        while self.running and len(self.samples) < self.MAX_POINTS:
+            self.samples.append((self.now(), self.device.allocated()))
+            time.sleep(self.interval)
+
+    def event(self, key: int, what: str) -> None:
+        if len(self.events) < self.MAX_POINTS:
+            self.events.append((self.now(), key, what, self.device.allocated()))
+
+    def stop(self) -> dict:
+        self.running = False
+        self.thread.join(timeout=1)
+        return {"samples": self.samples, "events": self.events}
+
+
+class Probe:
+    """`__memlint_probe__`: the object the instrumented statements call."""
+
+    def __init__(self, meters_by_key: dict[int, list], timeline: Timeline | None) -> None:
+        self.meters_by_key = meters_by_key
+        self.timeline = timeline
+        self.errors: list[str] = []
+
+    def enter(self, key: int) -> None:
+        if self.timeline is not None:
+            self.timeline.event(key, "enter")
+        for meter in self.meters_by_key[key]:
+            self._safely(meter.enter)
+
+    def exit(self, key: int) -> None:
+        for meter in reversed(self.meters_by_key[key]):
+            self._safely(meter.exit)
+        if self.timeline is not None:
+            self.timeline.event(key, "exit")
+
+    def _safely(self, step) -> None:
+        """A failing meter is memlint's problem, never the user's program's."""
+        try:
+            step()
+        except Exception as error:  # noqa: BLE001 - recorded, reported as `error`
+            if len(self.errors) < 20:
+                self.errors.append(f"{type(error).__name__}: {error}")
+
+
+def _error_line(error: BaseException, script: str) -> int | None:
+    """The line of the user's script closest to where `error` was raised."""
+    line = None
+    for frame, lineno in traceback.walk_tb(error.__traceback__):
+        if os.path.abspath(frame.f_code.co_filename) == script:
+            line = lineno
+    return line
+
+
+def _describe(error: BaseException, script: str) -> dict:
+    text = f"{type(error).__name__}: {error}"
+    return {"type": type(error).__name__, "message": text[:4000],
+            "line": _error_line(error, script),
+            "out_of_memory": type(error).__name__ == "OutOfMemoryError"
+            or "CUDA out of memory" in text}
+
+
+def run(spec: dict) -> dict:
+    from memlint.verify.instrument import PROBE_NAME, instrument
+    from memlint.verify.meters import METERS, Device, WorkerHitsMeter
+
+    script = os.path.abspath(spec["script"])
+    device = Device(spec.get("device"))
+    if device.is_cuda:
+        import torch
+
+        torch.cuda.set_device(device.torch_device)
+        if spec.get("snapshot"):
+            torch.cuda.memory._record_memory_history(max_entries=spec.get("snapshot_entries",
+                                                                          100_000))
+    with open(script, "rb") as handle:
+        source = handle.read().decode("utf-8")
+    findings = [(f["id"], f["line"], f["code"]) for f in spec["findings"]]
+    instrumented = instrument(source, script, findings)
+
+    meters: dict[int, object] = {}
+    meters_by_key: dict[int, list] = {}
+    for statement in instrumented.statements:
+        for finding_id, code in statement.findings:
+            meter_type = METERS[code]
+            if meter_type is WorkerHitsMeter:
+                meter = WorkerHitsMeter(device, spec.get("hits_path"), finding_id)
+            else:
+                meter = meter_type(device)
+            meters[finding_id] = meter
+            meters_by_key.setdefault(statement.key, []).append(meter)
+
+    timeline = Timeline(device) if spec.get("timeline") else None
+    probe = Probe(meters_by_key, timeline)
+    setattr(builtins, PROBE_NAME, probe)
+
+    main = types.ModuleType("__main__")
+    main.__file__ = script
+    main.__builtins__ = builtins
+    saved_main = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    sys.argv = [script, *spec.get("args", [])]
+    sys.path[0] = os.path.dirname(script)
+
+    outcome: dict = {"exit": "completed"}
+    started = time.perf_counter()
+    try:
+        exec(instrumented.code, main.__dict__)
+    except StoppedByTimeout:
+        outcome = {"exit": "timeout"}
+    except SystemExit as stop:
+        outcome = {"exit": "sys.exit", "code": stop.code if isinstance(stop.code, int) else 1}
+    except BaseException as error:  # noqa: BLE001 - the user's error is evidence
+        outcome = {"exit": "exception", "error": _describe(error, script)}
+    finally:
+        run_seconds = time.perf_counter() - started
+        sys.modules["__main__"] = saved_main
+
+    for meter in meters.values():
+        probe._safely(meter.finish)
+    result = {
+        "script": script,
+        "outcome": outcome,
+        "run_seconds": run_seconds,
+        "device": str(device.torch_device) if device.torch_device else None,
+        "statements": [{"key": s.key, "line": s.line, "end_line": s.end_line, "kind": s.kind,
+                        "findings": [fid for fid, _ in s.findings]}
+                       for s in instrumented.statements],
+        "unprobed": {str(k): v for k, v in instrumented.unprobed.items()},
+        "measurements": {str(fid): meter.result() for fid, meter in meters.items()},
+        "probe_errors": probe.errors,
+        "allocated_at_end": device.allocated(),
+    }
+    if device.is_cuda:
+        import torch
+
+        result["peak_allocated"] = torch.cuda.max_memory_allocated(device.torch_device)
+        result["torch"] = torch.__version__
+        if spec.get("snapshot"):
+            torch.cuda.memory._dump_snapshot(spec["snapshot"])
+            torch.cuda.memory._record_memory_history(enabled=None)
+    if timeline is not None:
+        result["timeline"] = timeline.stop()
+    return result
+
+
+def _stop_on_sigterm(_signum, _frame):
+    raise StoppedByTimeout()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0], encoding="utf-8") as handle:
+        spec = json.load(handle)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    result = run(spec)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with open(spec["result_path"] + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    os.replace(spec["result_path"] + ".tmp", spec["result_path"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""`memlint verify PATH... [-- ARGS...]`: argument parsing and the run.
+
+Kept apart from `memlint/cli.py`, which only hands `verify` over to `main`.
+Exit 0 when no finding was confirmed, 1 when one was, 2 on a usage error or
+when no CUDA device is usable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+from memlint.settings import Settings
+
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """`1048576`, `512KiB`, `1.5 GiB`, `10MB` -> bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1MiB or 1048576)")
+    number, unit = float(match.group(1)), (match.group(2) or "B").lower()
+    return int(number * _UNITS[unit])
+
+
+def _codes(text: str) -> tuple[str, ...]:
+    return tuple(c.strip().upper() for c in text.split(",") if c.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memlint verify",
+        description="Run a flagged script on a GPU with probes on the flagged lines and "
+                    "measure each finding. Arguments after `--` go to the script.")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="a script, or a directory: every runnable file with findings")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds before the script is stopped (default 120)")
+    parser.add_argument("--min-bytes", type=parse_size, default=2**20,
+                        help="smallest impact that confirms a finding (default 1MiB)")
+    parser.add_argument("--device", default="cuda:0", help="CUDA device to measure on")
+    parser.add_argument("--select", type=_codes, default=None, help="codes or prefixes")
+    parser.add_argument("--ignore", type=_codes, default=(), help="codes or prefixes")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--snapshot", metavar="OUT.pickle",
+                        help="write PyTorch's memory snapshot (opens in pytorch.org/memory_viz)")
+    parser.add_argument("--plot", metavar="OUT.png",
+                        help="draw device memory over the run with the flagged lines marked")
+    return parser
+
+
+def _per_script(path: str | None, script: str, several: bool) -> str | None:
+    """`out.png` for one script; `out.<script>.png` for each of several."""
+    if path is None or not several:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.{os.path.splitext(os.path.basename(script))[0]}{ext}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, script_args = argv[:split], argv[split + 1:]
+    parser = build_parser()
+    try:
+        options = parser.parse_args(argv)
+    except SystemExit as stop:
+        return 2 if stop.code else 0
+
+    from memlint.verify.runner import Options, cuda_problem, runnable_targets, verify_script
+
+    problem = cuda_problem(options.device)
+    if problem:
+        print(f"memlint verify: {problem}", file=sys.stderr)
+        return 2
+    missing = [p for p in options.paths if not os.path.exists(p)]
+    if missing:
+        print(f"memlint verify: no such file or directory: {missing[0]}", file=sys.stderr)
+        return 2
+    settings = Settings(select=options.select or ("MEM",), ignore=options.ignore)
+    targets, skipped = runnable_targets(options.paths, settings)
+    several = len(targets) > 1
+    runs = []
+    for script, findings in targets:
+        run_options = Options(args=script_args, timeout=options.timeout,
+                              min_bytes=options.min_bytes, device=options.device,
+                              settings=settings,
+                              snapshot=_per_script(options.snapshot, script, several),
+                              timeline=options.plot is not None)
+        run = verify_script(script, findings, run_options)
+        runs.append(run)
+        if options.plot and run.raw and "timeline" in run.raw:
+            print(_plot(run, findings, _per_script(options.plot, script, several)),
+                  file=sys.stderr)
+
+    from memlint.verify.report import format_json, format_text
+
+    print(format_json(runs, skipped) if options.format == "json" else format_text(runs, skipped))
+    return 1 if any(run.confirmed for run in runs) else 0
+
+
+def _plot(run, findings, out_path: str) -> str:
+    from memlint.verify.plot import draw, labels_of, save_timeline
+
+    labels = labels_of(run.raw, findings)
+    title = f"memlint verify {os.path.basename(run.path)}: device memory and flagged lines"
+    try:
+        draw(run.raw["timeline"], labels, out_path, title)
+    except ImportError:
+        saved = os.path.splitext(out_path)[0] + ".timeline.json"
+        save_timeline(saved, run.raw, labels, title)
+        return (f"memlint verify: matplotlib is not installed; timeline saved to {saved} "
+                f"(draw it with: python -m memlint.verify.plot {saved} {out_path})")
+    return f"memlint verify: plot written to {out_path}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Per-rule judges: from what a probe measured to a verdict with units.
+
+Each judge takes the meter's raw record and the run's facts and says
+`confirmed`, `not-confirmed` (the line ran, the impact was below the
+threshold: a likely false positive, said plainly) or `not-reached`. Judges
+only read numbers; they never estimate one that was not measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CONFIRMED = "confirmed"
+NOT_CONFIRMED = "not-confirmed"
+NOT_REACHED = "not-reached"
+ERROR = "error"
+
+#: pinned copies must be at least this much faster to count
+PINNED_SPEEDUP = 1.2
+#: share of steps in which memory must not shrink for growth to be "steady"
+STEADY_SHARE = 0.75
+
+
+@dataclass
+class Judgement:
+    verdict: str
+    measured: str
+    numbers: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunFacts:
+    """What the runner knows about the whole run, beyond one meter."""
+
+    min_bytes: int
+    device: str
+    outcome: dict = field(default_factory=dict)
+    contexts: dict | None = None  #: ContextWatcher.stop()
+    worker_hits: int = 0  #: executions of this finding's line in worker processes
+
+
+def human_bytes(size: float) -> str:
+    sign = "-" if size < 0 else ""
+    size = abs(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{sign}{size:.0f} {unit}" if unit == "B" else f"{sign}{size:.2f} {unit}"
+        size /= 1024
+    return f"{sign}{size:.2f} GiB"
+
+
+def _too_small(what: str, facts: RunFacts) -> str:
+    return f"{what}, below --min-bytes {human_bytes(facts.min_bytes)}: too small to confirm"
+
+
+def judge_whole_dataset(record: dict, facts: RunFacts) -> Judgement:
+    deltas = record.get("allocated_delta", [])
+    largest = max(deltas, default=0)
+    live = record.get("live_bytes_at_end", 0)
+    numbers = {"allocated_delta_max": largest, "live_bytes_at_end": live,
+               "hits": record["hits"]}
+    where = record.get("device") or facts.device
+    if largest >= facts.min_bytes:
+        state = "still live at exit" if live >= facts.min_bytes else "freed before exit"
+        return Judgement(CONFIRMED, f"put {human_bytes(largest)} on {where}, {state}", numbers)
+    return Judgement(NOT_CONFIRMED, _too_small(f"put {human_bytes(largest)} on {where}", facts),
+                     numbers)
+
+
+def judge_worker_cuda(record: dict, facts: RunFacts) -> Judgement:
+    contexts = facts.contexts or {}
+    workers = {pid: used for pid, used in contexts.get("worker_context_bytes", {}).items()
+               if used > 0}
+    error = facts.outcome.get("error", {}).get("message", "")
+    numbers = {"worker_contexts": len(workers), "worker_context_bytes": workers,
+               "main_context_bytes": contexts.get("main_context_bytes", 0),
+               "hits_in_main": record["hits"], "hits_in_workers": facts.worker_hits,
+               "source": contexts.get("source")}
+    if workers:
+        sizes = sorted(workers.values())
+        each = human_bytes(sizes[0]) if sizes[0] == sizes[-1] else \
+            f"{human_bytes(sizes[0])}-{human_bytes(sizes[-1])}"
+        return Judgement(CONFIRMED, f"{len(workers)} worker process"
+                         f"{'es' if len(workers) > 1 else ''} each created a CUDA context, "
+                         f"{each} each", numbers)
+    if "Cannot re-initialize CUDA in forked subprocess" in error:
+        return Judgement(CONFIRMED, "a DataLoader worker failed with 'Cannot re-initialize CUDA "
+                         "in forked subprocess' (under spawn/forkserver, the default from "
+                         "Python 3.14, each worker holds its own CUDA context instead)", numbers)
+    if record["hits"] == 0 and facts.worker_hits == 0:
+        return Judgement(NOT_REACHED, "the line never ran in this process or a forked worker "
+                         "(spawned workers run the file unprobed)", numbers)
+    if facts.worker_hits == 0:
+        return Judgement(NOT_CONFIRMED, f"ran {record['hits']} times in the main process "
+                         "(no worker processes): no extra CUDA context measured", numbers)
+    return Judgement(NOT_CONFIRMED, f"ran {facts.worker_hits} times in worker processes, "
+                     "but no worker was seen holding a CUDA context", numbers)
+
+
+def judge_history_kept(record: dict, facts: RunFacts) -> Judgement:
+    after = record.get("allocated_after", [])
+    numbers = {"hits": record["hits"], "samples": len(after)}
+    if len(after) < 3:
+        return Judgement(NOT_CONFIRMED, f"the line ran {len(after)} time(s): too few "
+                         "executions to measure growth", numbers)
+    steps = [b - a for a, b in zip(after[1:], after[2:])]  # the first execution warms up
+    growth = after[-1] - after[1]
+    per_step = growth / len(steps)
+    steady = sum(1 for s in steps if s >= 0) / len(steps)
+    numbers.update({"growth_bytes": growth, "per_execution_bytes": per_step,
+                    "non_shrinking_share": steady})
+    what = f"{human_bytes(per_step)} retained per iteration over {len(steps)} iterations " \
+           f"({human_bytes(growth)} in all)"
+    what = "+" + what if per_step >= 0 else what
+    if growth >= facts.min_bytes and steady >= STEADY_SHARE:
+        return Judgement(CONFIRMED, what, numbers)
+    if growth >= facts.min_bytes:
+        return Judgement(NOT_CONFIRMED, f"{what}, but not steadily (grew in "
+                         f"{steady:.0%} of steps)", numbers)
+    return Judgement(NOT_CONFIRMED, _too_small(what, facts), numbers)
+
+
+def judge_grad_in_inference(record: dict, facts: RunFacts) -> Judgement:
+    saved = record.get("saved", [])
+    numbers = {"hits": record["hits"]}
+    if not saved:
+        return Judgement(NOT_REACHED, "the call never ran", numbers)
+    activations = [s["activation_bytes"] for s in saved]
+    largest = max(activations)
+    total = sum(activations)
+    numbers.update({"activation_bytes_max": largest, "activation_bytes_total": total,
+                    "parameter_bytes_max": max(s["parameter_bytes"] for s in saved),
+                    "tensors_max": max(s["tensors"] for s in saved),
+                    "grad_enabled": any(s["grad_enabled"] for s in saved)})
+    what = f"autograd saved {human_bytes(largest)} of activations for backward in one call " \
+           f"({len(saved)} calls, {human_bytes(total)} in all)"
+    if not numbers["grad_enabled"]:
+        return Judgement(NOT_CONFIRMED, f"grad mode was off in all {len(saved)} calls: nothing "
+                         "was saved for backward", numbers)
+    if largest >= facts.min_bytes:
+        return Judgement(CONFIRMED, what, numbers)
+    return Judgement(NOT_CONFIRMED, _too_small(what, facts), numbers)
+
+
+def _rate(size: int, seconds: float) -> str:
+    return f"{size / seconds / 1e9:.1f} GB/s"
+
+
+def judge_pin_memory(record: dict, facts: RunFacts) -> Judgement:
+    batches = [b for b in record.get("batches", []) if "pinned_seconds" in b]
+    numbers = {"hits": record["hits"], "loaders": record.get("loaders", 0), "batches": batches}
+    if record["hits"] == 0:
+        return Judgement(NOT_REACHED, "the DataLoader was never built", numbers)
+    if not batches:
+        return Judgement(NOT_CONFIRMED, "no batch with CPU tensors came out of the loader, "
+                         "nothing to copy", numbers)
+    pageable = sum(b["pageable_seconds"] for b in batches)
+    pinned = sum(b["pinned_seconds"] for b in batches)
+    size = sum(b["bytes"] for b in batches)
+    speedup = pageable / pinned if pinned > 0 else 0.0
+    numbers.update({"bytes": size, "pageable_seconds": pageable, "pinned_seconds": pinned,
+                    "speedup": speedup})
+    what = (f"batches of {human_bytes(size / len(batches))} copied at {_rate(size, pageable)} "
+            f"pageable vs {_rate(size, pinned)} pinned ({speedup:.1f}x)")
+    if speedup >= PINNED_SPEEDUP:
+        return Judgement(CONFIRMED, what, numbers)
+    return Judgement(NOT_CONFIRMED, f"{what}: pinned memory is not faster here for batches "
+                     "this small", numbers)
+
+
+def judge_grad_mode(record: dict, facts: RunFacts) -> Judgement:
+    modes = record.get("modes", [])
+    numbers = {"hits": record["hits"], "modes": modes[:5]}
+    if not modes:
+        return Judgement(NOT_REACHED, "the call never ran", numbers)
+    unchanged = [m for m in modes if m["grad_before"] == m["grad_after"]
+                 and m["inference_before"] == m["inference_after"]]
+    numbers["unchanged"] = len(unchanged)
+    if unchanged:
+        state = "enabled" if unchanged[0]["grad_after"] else "disabled"
+        return Judgement(CONFIRMED, f"grad mode still {state} after the call "
+                         f"({len(unchanged)} of {len(modes)} executions unchanged)", numbers)
+    return Judgement(NOT_CONFIRMED, "grad mode changed after the call", numbers)
+
+
+def judge_load_device(record: dict, facts: RunFacts) -> Judgement:
+    loads = record.get("loads", [])
+    numbers = {"hits": record["hits"], "loads": loads}
+    if not loads:
+        return Judgement(NOT_REACHED, "torch.load never returned here", numbers)
+    on_gpu: dict[str, int] = {}
+    for load in loads:
+        for device, size in load.items():
+            if device.startswith("cuda"):
+                on_gpu[device] = on_gpu.get(device, 0) + size
+    if on_gpu:
+        where = ", ".join(f"{human_bytes(size)} on {device}" for device, size in sorted(on_gpu.items()))
+        return Judgement(CONFIRMED, f"loaded {where} ({len(loads)} loads)", numbers)
+    devices = sorted({d for load in loads for d in load}) or ["no tensors"]
+    return Judgement(NOT_CONFIRMED, f"every loaded tensor stayed on {', '.join(devices)} "
+                     "(the checkpoint was saved from there)", numbers)
+
+
+JUDGES = {
+    "MEM001": judge_whole_dataset,
+    "MEM002": judge_worker_cuda,
+    "MEM003": judge_history_kept,
+    "MEM004": judge_grad_in_inference,
+    "MEM005": judge_pin_memory,
+    "MEM006": judge_grad_mode,
+    "MEM007": judge_load_device,
+}
+
+
+def judge(code: str, record: dict | None, facts: RunFacts) -> Judgement:
+    """The verdict for one finding; MEM002 is judged from the process facts
+    even when the line never ran in the main process."""
+    if record is None:
+        record = {"hits": 0}
+    if record["hits"] == 0 and code not in ("MEM002", "MEM005"):
+        return Judgement(NOT_REACHED, "the line never ran", {"hits": 0})
+    return JUDGES[code](record, facts)

@@ -1,0 +1,414 @@
+"""What each rule's probe measures at its flagged statement (runs in the child).
+
+One meter per finding. `enter` runs just before the statement, `exit` just
+after it (also when it raises), `finish` once when the script has ended.
+Each meter records raw numbers only; judging them is `judges.py`'s job.
+Meters that need a CUDA device read it through `Device`, which answers 0
+where there is none, so the machinery itself runs (and is tested) on a CPU.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+from typing import Any, Callable
+
+import torch
+
+MAX_SAMPLES = 20_000
+
+
+class Device:
+    """The CUDA device the run is measured on (or none, for CPU tests)."""
+
+    def __init__(self, name: str | None) -> None:
+        self.torch_device = torch.device(name) if name else None
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.torch_device is not None and self.torch_device.type == "cuda"
+
+    def allocated(self) -> int:
+        return torch.cuda.memory_allocated(self.torch_device) if self.is_cuda else 0
+
+    def synchronize(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.torch_device)
+
+
+class Meter:
+    """Counts executions; subclasses add what their rule needs."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.hits = 0
+        self.main_pid = None
+
+    def enter(self) -> None:
+        pass
+
+    def exit(self) -> None:
+        self.hits += 1
+
+    def finish(self) -> None:
+        pass
+
+    def result(self) -> dict:
+        return {"hits": self.hits}
+
+
+def tensors_in(value: Any, depth: int = 0) -> list[torch.Tensor]:
+    """Tensors inside a loaded object or a batch: containers, modules, datasets."""
+    if depth > 6:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensors_in(v, depth + 1)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in tensors_in(v, depth + 1)]
+    if isinstance(value, torch.nn.Module):
+        return list(value.parameters()) + list(value.buffers())
+    if hasattr(value, "tensors") and isinstance(value.tensors, (list, tuple)):  # TensorDataset
+        return [t for v in value.tensors for t in tensors_in(v, depth + 1)]
+    return []
+
+
+def storage_key(tensor: torch.Tensor) -> tuple[str, int]:
+    return str(tensor.device), tensor.untyped_storage().data_ptr()
+
+
+def bytes_by_device(tensors: list[torch.Tensor]) -> dict[str, int]:
+    """Bytes of distinct storages per device (views and shared storages once)."""
+    seen: set[tuple[str, int]] = set()
+    totals: dict[str, int] = {}
+    for tensor in tensors:
+        key = storage_key(tensor)
+        if key in seen:
+            continue
+        seen.add(key)
+        totals[key[0]] = totals.get(key[0], 0) + tensor.untyped_storage().nbytes()
+    return totals
+
+
+class ReturnCatcher:
+    """Catch what one Python function returns while a statement runs, however
+    it was imported (`from torch import load as tl` too): a profile hook that
+    matches the function's code object, active for the statement only."""
+
+    def __init__(self, function: Callable, on_return: Callable[[Any, Any], None]) -> None:
+        self.code = getattr(function, "__code__", None)
+        self.on_return = on_return
+        self.previous = None
+
+    def _profile(self, frame, event, arg):
+        if event == "return" and frame.f_code is self.code:
+            self.on_return(frame, arg)
+        if self.previous is not None:
+            self.previous(frame, event, arg)
+
+    def __enter__(self):
+        self.previous = sys.getprofile()
+        if self.code is not None:
+            sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(self.previous)
+
+
+# -- MEM001 -------------------------------------------------------------------
+
+class DeviceBytesMeter(Meter):
+    """Device bytes the statement left allocated, and whether the tensors it
+    made on the GPU are still alive when the script ends."""
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.before = 0
+        self.deltas: list[int] = []
+        self.outputs: list[weakref.ref] = []
+        self.mode = None
+        self.live_bytes_at_end = 0
+        self._keep_outputs_mode().__enter__().__exit__(None, None, None)
+
+    def _keep_outputs_mode(self):
+        """A dispatch mode that keeps weak references to the GPU tensors each
+        operation makes. Its first use imports torch._dynamo (seconds), so
+        one is entered once here, before the script starts, not at the line."""
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outputs = self.outputs
+        cuda_only = self.device.is_cuda
+
+        class KeepOutputs(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                for tensor in tensors_in(result):
+                    if not cuda_only or tensor.device.type == "cuda":
+                        outputs.append(weakref.ref(tensor))
+                return result
+
+        return KeepOutputs()
+
+    def enter(self) -> None:
+        self.before = self.device.allocated()
+        self.mode = self._keep_outputs_mode()
+        self.mode.__enter__()
+
+    def exit(self) -> None:
+        if self.mode is not None:
+            self.mode.__exit__(None, None, None)
+            self.mode = None
+        super().exit()
+        if len(self.deltas) < MAX_SAMPLES:
+            self.deltas.append(self.device.allocated() - self.before)
+
+    def finish(self) -> None:
+        alive = [t for t in (ref() for ref in self.outputs) if t is not None]
+        self.live_bytes_at_end = sum(bytes_by_device(alive).values())
+
+    def result(self) -> dict:
+        return {**super().result(), "device": str(self.device.torch_device),
+                "allocated_delta": self.deltas, "live_bytes_at_end": self.live_bytes_at_end}
+
+
+# -- MEM003 -------------------------------------------------------------------
+
+class GrowthMeter(Meter):
+    """Device bytes allocated right after each execution of the line: memory
+    the line keeps alive grows by a fixed step per iteration."""
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.after: list[int] = []
+
+    def exit(self) -> None:
+        super().exit()
+        if len(self.after) < MAX_SAMPLES:
+            self.after.append(self.device.allocated())
+
+    def result(self) -> dict:
+        return {**super().result(), "allocated_after": self.after}
+
+
+# -- MEM004 -------------------------------------------------------------------
+
+class SavedTensorsMeter(Meter):
+    """Bytes autograd saved for backward while the statement ran, counted in
+    `saved_tensors_hooks`; parameters are counted apart, since they exist anyway."""
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.per_hit: list[dict] = []
+        self.hooks = None
+        self.current: dict = {}
+        self.seen: set = set()
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        key = storage_key(tensor)
+        if key not in self.seen:
+            self.seen.add(key)
+            size = tensor.untyped_storage().nbytes()
+            kind = "parameter_bytes" if tensor.is_leaf and tensor.requires_grad \
+                else "activation_bytes"
+            self.current[kind] += size
+            if tensor.device.type == "cuda":
+                self.current["device_" + kind] += size
+        self.current["tensors"] += 1
+        return tensor
+
+    def enter(self) -> None:
+        self.current = {"activation_bytes": 0, "parameter_bytes": 0, "tensors": 0,
+                        "device_activation_bytes": 0, "device_parameter_bytes": 0,
+                        "grad_enabled": torch.is_grad_enabled()}
+        self.seen = set()
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self.hooks.__enter__()
+
+    def exit(self) -> None:
+        if self.hooks is not None:
+            self.hooks.__exit__(None, None, None)
+            self.hooks = None
+        super().exit()
+        if len(self.per_hit) < MAX_SAMPLES:
+            self.per_hit.append(self.current)
+        self.seen = set()
+
+    def result(self) -> dict:
+        return {**super().result(), "saved": self.per_hit}
+
+
+# -- MEM005 -------------------------------------------------------------------
+
+class LoaderCopyMeter(Meter):
+    """Host-to-device copy time of the loader's own first batches, as they
+    come (pageable) and from a pinned copy of the same batch."""
+
+    BATCHES = 3
+    REPEATS = 3
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.catcher = None
+        self.batches: list[dict] = []
+        self.pin_memory: list[bool] = []
+
+    def enter(self) -> None:
+        from torch.utils.data import DataLoader
+
+        self.catcher = ReturnCatcher(DataLoader.__init__, self._caught)
+        self.catcher.__enter__()
+
+    def _caught(self, frame, _value) -> None:
+        loader = frame.f_locals.get("self")
+        if isinstance(loader, torch.utils.data.DataLoader) and \
+                not getattr(loader, "_memlint_measured", False):
+            self._measure_batches_of(loader)
+
+    def exit(self) -> None:
+        if self.catcher is not None:
+            self.catcher.__exit__()
+            self.catcher = None
+        super().exit()
+
+    def _measure_batches_of(self, loader) -> None:
+        """Swap the loader's class for a subclass whose iterator times the
+        first batches on the way through; the program sees the same batches."""
+        meter = self
+        self.pin_memory.append(bool(loader.pin_memory))
+        base = type(loader)
+
+        def __iter__(self):
+            for index, batch in enumerate(base.__iter__(self)):
+                if index < meter.BATCHES and len(meter.batches) < meter.BATCHES:
+                    meter.batches.append(meter.time_copies(batch))
+                yield batch
+
+        measured = type(base.__name__, (base,), {"__iter__": __iter__,
+                                                 "_memlint_measured": True})
+        measured.__module__ = base.__module__
+        loader.__class__ = measured
+
+    def time_copies(self, batch) -> dict:
+        tensors = [t for t in tensors_in(batch) if t.device.type == "cpu"]
+        size = sum(t.untyped_storage().nbytes() for t in tensors)
+        record = {"bytes": size, "tensors": len(tensors),
+                  "already_pinned": all(t.is_pinned() for t in tensors) if tensors else False}
+        if not tensors or not self.device.is_cuda:
+            return record
+        target = self.device.torch_device
+        pageable = [t.clone() if t.is_pinned() else t for t in tensors]
+        pinned = [t.pin_memory() for t in tensors]
+
+        def copy_time(sources, non_blocking: bool) -> float:
+            best = float("inf")
+            for _ in range(self.REPEATS + 1):  # the first one warms up
+                self.device.synchronize()
+                start = time.perf_counter()
+                copies = [t.to(target, non_blocking=non_blocking) for t in sources]
+                self.device.synchronize()
+                best = min(best, time.perf_counter() - start)
+                del copies
+            return best
+
+        record["pageable_seconds"] = copy_time(pageable, False)
+        record["pinned_seconds"] = copy_time(pinned, True)
+        return record
+
+    def result(self) -> dict:
+        return {**super().result(), "loaders": len(self.pin_memory),
+                "pin_memory": self.pin_memory, "batches": self.batches}
+
+
+# -- MEM006 -------------------------------------------------------------------
+
+class GradModeMeter(Meter):
+    """Grad mode (and inference mode) before and after the bare call."""
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.modes: list[dict] = []
+        self.before: tuple[bool, bool] = (True, False)
+
+    @staticmethod
+    def _mode() -> tuple[bool, bool]:
+        return torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+    def enter(self) -> None:
+        self.before = self._mode()
+
+    def exit(self) -> None:
+        super().exit()
+        after = self._mode()
+        if len(self.modes) < MAX_SAMPLES:
+            self.modes.append({"grad_before": self.before[0], "grad_after": after[0],
+                               "inference_before": self.before[1],
+                               "inference_after": after[1]})
+
+    def result(self) -> dict:
+        return {**super().result(), "modes": self.modes}
+
+
+# -- MEM007 -------------------------------------------------------------------
+
+class LoadedDevicesMeter(Meter):
+    """Devices and bytes of the tensors `torch.load` returned."""
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.loads: list[dict[str, int]] = []
+        self.catcher = None
+
+    def enter(self) -> None:
+        self.catcher = ReturnCatcher(torch.serialization.load, self._caught)
+        self.catcher.__enter__()
+
+    def _caught(self, _frame, value) -> None:
+        if len(self.loads) < MAX_SAMPLES:
+            self.loads.append(bytes_by_device(tensors_in(value)))
+
+    def exit(self) -> None:
+        if self.catcher is not None:
+            self.catcher.__exit__()
+            self.catcher = None
+        super().exit()
+
+    def result(self) -> dict:
+        return {**super().result(), "loads": self.loads}
+
+
+# -- MEM002 -------------------------------------------------------------------
+
+class WorkerHitsMeter(Meter):
+    """Counts executions in the main process and, apart, in worker processes
+    (forked workers inherit the probes; they report through a hits file)."""
+
+    def __init__(self, device: Device, hits_path: str | None = None, key: int = 0) -> None:
+        super().__init__(device)
+        import os
+
+        self.main_pid = os.getpid()
+        self.hits_path = hits_path
+        self.key = key
+
+    def exit(self) -> None:
+        import os
+
+        if os.getpid() == self.main_pid or not self.hits_path:
+            super().exit()
+            return
+        with open(self.hits_path, "a", encoding="ascii") as handle:
+            handle.write(f"{os.getpid()} {self.key}\n")
+
+
+METERS: dict[str, type[Meter]] = {
+    "MEM001": DeviceBytesMeter,
+    "MEM002": WorkerHitsMeter,
+    "MEM003": GrowthMeter,
+    "MEM004": SavedTensorsMeter,
+    "MEM005": LoaderCopyMeter,
+    "MEM006": GradModeMeter,
+    "MEM007": LoadedDevicesMeter,
+}

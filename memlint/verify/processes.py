@@ -1,0 +1,156 @@
+"""The child's process group, from the parent's side: start it in its own
+session, stop it on timeout (SIGTERM to the child so it writes its results,
+then SIGKILL to the whole group, DataLoader workers included), and watch
+which of its processes hold a CUDA context (NVML, else nvidia-smi)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+GRACE_SECONDS = 10.0
+
+
+def session_of(pid: int) -> int | None:
+    """The session id of a process, from /proc (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[3])  # state, ppid, pgrp, session
+
+
+def processes_in_session(session: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and session_of(int(entry)) == session:
+            pids.append(int(entry))
+    return pids
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_child(command: list[str], timeout: float, env: dict, log_path: str,
+              on_start=None) -> tuple[int | None, bool]:
+    """Run `command` in a new session; returns (exit status, timed out).
+
+    The whole process group is killed on the way out, so no worker outlives
+    the run."""
+    with open(log_path, "wb") as log:
+        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+        if on_start is not None:
+            on_start(child.pid)
+        timed_out = False
+        try:
+            child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                child.send_signal(signal.SIGTERM)
+                child.wait(timeout=GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
+        finally:
+            kill_group(child.pid)
+            child.wait()
+    return child.returncode, timed_out
+
+
+class ContextWatcher:
+    """Samples the GPU's compute processes and keeps, for each process of the
+    child's session, the most device memory it was seen to hold."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
+        self.session: int | None = None
+        self.memory_by_pid: dict[int, int] = {}
+        self.session_pids: set[int] = set()
+        self.source = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._query = self._nvml_query() or self._smi_query()
+
+    def _nvml_query(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                       for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # noqa: BLE001 - nvidia-ml-py missing or no driver: try nvidia-smi
+            return None
+
+        def query() -> dict[int, int]:
+            used = {}
+            for handle in handles:
+                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    used[proc.pid] = used.get(proc.pid, 0) + (proc.usedGpuMemory or 0)
+            return used
+
+        self.source = "nvml"
+        return query
+
+    def _smi_query(self):
+        def query() -> dict[int, int]:
+            output = subprocess.run(
+                ["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                 "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=10).stdout
+            used = {}
+            for row in output.splitlines():
+                parts = [p.strip() for p in row.split(",")]
+                if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+                    used[int(parts[0])] = used.get(int(parts[0]), 0) + int(parts[1]) * 2**20
+            return used
+
+        self.source = "nvidia-smi"
+        return query
+
+    def start(self, session: int) -> None:
+        self.session = session
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.session_pids.update(processes_in_session(self.session))
+                for pid, used in self._query().items():
+                    if pid in self.session_pids or session_of(pid) == self.session:
+                        self.session_pids.add(pid)
+                        self.memory_by_pid[pid] = max(used, self.memory_by_pid.get(pid, 0))
+            except Exception:  # noqa: BLE001 - a failed sample is skipped
+                pass
+            self._stop.wait(self.interval)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+        main = self.session
+        return {"source": self.source, "main_pid": main,
+                "main_context_bytes": self.memory_by_pid.get(main, 0),
+                "worker_processes": len(self.session_pids - {main}),
+                "worker_context_bytes": {str(pid): used for pid, used in
+                                         sorted(self.memory_by_pid.items()) if pid != main}}
+
+
+def wait_until_gone(pids, timeout: float = 5.0) -> bool:
+    """True once none of `pids` exists any more (used by the tests)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(os.path.exists(f"/proc/{pid}") for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False

@@ -1,0 +1,54 @@
+"""Text and JSON output of `memlint verify`."""
+
+from __future__ import annotations
+
+import json
+
+from memlint.verify.judges import human_bytes
+from memlint.verify.runner import ScriptRun
+
+
+def _outcome_line(run: ScriptRun) -> str:
+    outcome = run.outcome
+    took = f" after {run.run_seconds:.1f} s" if run.run_seconds is not None else ""
+    if run.timed_out or outcome.get("exit") == "timeout":
+        return f"stopped by --timeout{took}"
+    if outcome.get("exit") == "exception":
+        error = outcome["error"]
+        where = f" at line {error['line']}" if error.get("line") else ""
+        return f"raised{where}{took}: {error['message'].splitlines()[0][:160]}"
+    if outcome.get("exit") == "died":
+        return f"the child process died (exit status {outcome.get('status')})"
+    if outcome.get("exit") == "sys.exit":
+        return f"exited with status {outcome.get('code')}{took}"
+    return f"ran to the end{took}"
+
+
+def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
+    rows = []
+    for run in runs:
+        peak = (run.raw or {}).get("peak_allocated")
+        peak_text = f", peak {human_bytes(peak)} allocated" if peak is not None else ""
+        rows.append(f"{run.path}: {_outcome_line(run)}{peak_text}")
+        for item in run.verified:
+            finding = item.finding
+            place = f"{finding.path}:{finding.line}:{finding.column}"
+            rows.append(f"  {finding.code}  {place:<40} {item.judgement.verdict:<14} "
+                        f"{item.judgement.measured}")
+    for path in skipped:
+        rows.append(f"{path}: skipped, not runnable (no `if __name__ == \"__main__\":` "
+                    "and no top-level code)")
+    total = sum(len(r.verified) for r in runs)
+    confirmed = sum(r.confirmed for r in runs)
+    rows.append(f"{confirmed} of {total} findings confirmed in {len(runs)} "
+                f"script{'s' if len(runs) != 1 else ''}")
+    return "\n".join(rows)
+
+
+def format_json(runs: list[ScriptRun], skipped: list[str]) -> str:
+    data = {"scripts": [{"path": run.path, "outcome": run.outcome,
+                         "run_seconds": run.run_seconds, "timed_out": run.timed_out,
+                         "peak_allocated": (run.raw or {}).get("peak_allocated"),
+                         "findings": [v.to_dict() for v in run.verified]} for run in runs],
+            "skipped": skipped}
+    return json.dumps(data, indent=2)

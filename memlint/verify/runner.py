@@ -1,0 +1,183 @@
+"""The parent side of `memlint verify`: check the script, run it in a child
+process with probes on the flagged lines, and judge each finding."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+
+from memlint.engine import check_file, discover
+from memlint.finding import Finding
+from memlint.settings import Settings
+from memlint.verify.instrument import is_runnable
+from memlint.verify.judges import CONFIRMED, ERROR, Judgement, RunFacts, judge
+from memlint.verify.processes import ContextWatcher, run_child
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclass
+class Options:
+    args: list[str] = field(default_factory=list)
+    timeout: float = 120.0
+    min_bytes: int = 2**20
+    device: str = "cuda:0"
+    settings: Settings = field(default_factory=Settings)
+    snapshot: str | None = None
+    timeline: bool = False
+    python: str = sys.executable
+
+
+@dataclass
+class Verified:
+    finding: Finding
+    judgement: Judgement
+
+    def to_dict(self) -> dict:
+        return {**self.finding.to_dict(), "verdict": self.judgement.verdict,
+                "measured": self.judgement.measured, "numbers": self.judgement.numbers}
+
+
+@dataclass
+class ScriptRun:
+    """One script's verify run: its findings' verdicts and the run's facts."""
+
+    path: str
+    verified: list[Verified]
+    outcome: dict
+    run_seconds: float | None = None
+    timed_out: bool = False
+    raw: dict | None = None  #: the child's whole result (measurements, timeline)
+    log_tail: str = ""
+
+    @property
+    def confirmed(self) -> int:
+        return sum(v.judgement.verdict == CONFIRMED for v in self.verified)
+
+
+def runnable_targets(paths: list[str], settings: Settings) -> tuple[list[tuple[str, list[Finding]]],
+                                                                    list[str]]:
+    """(script, findings) for every runnable file with findings, and the
+    files with findings that were skipped because running them does nothing."""
+    targets, skipped = [], []
+    for path in sorted(set(discover(paths, settings))):
+        if not path.endswith(".py"):
+            continue
+        findings, _ = check_file(path, settings)
+        findings = [f for f in findings if f.code != "MEM000"]
+        if not findings:
+            continue
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            if is_runnable(handle.read()):
+                targets.append((path, findings))
+            else:
+                skipped.append(path)
+    return targets, skipped
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def verify_script(path: str, findings: list[Finding], options: Options) -> ScriptRun:
+    """Run one script with probes on `findings` and judge each of them."""
+    with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
+        result_path = os.path.join(work, "result.json")
+        hits_path = os.path.join(work, "worker-hits.txt")
+        spec = {"script": os.path.abspath(path), "args": list(options.args),
+                "device": options.device, "result_path": result_path,
+                "hits_path": hits_path, "timeline": options.timeline,
+                "snapshot": os.path.abspath(options.snapshot) if options.snapshot else None,
+                "findings": [{"id": i, "line": f.line, "code": f.code}
+                             for i, f in enumerate(findings)]}
+        spec_path = os.path.join(work, "spec.json")
+        with open(spec_path, "w", encoding="utf-8") as handle:
+            json.dump(spec, handle)
+        watcher = ContextWatcher() if any(f.code == "MEM002" for f in findings) \
+            and options.device.startswith("cuda") else None
+        log_path = os.path.join(work, "child.log")
+        status, timed_out = run_child(
+            [options.python, "-m", "memlint.verify.child", spec_path], options.timeout,
+            _child_env(), log_path, on_start=watcher.start if watcher else None)
+        contexts = watcher.stop() if watcher else None
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            log_tail = "".join(handle.readlines()[-15:])
+        raw = None
+        if os.path.exists(result_path):
+            with open(result_path, encoding="utf-8") as handle:
+                raw = json.load(handle)
+        worker_hits = _read_worker_hits(hits_path)
+    if raw is None:
+        why = "stopped by --timeout before it could report" if timed_out else \
+            f"the child process died (exit status {status}) before it could report"
+        last = log_tail.strip().splitlines()[-1:] or [""]
+        verified = [Verified(f, Judgement(ERROR, f"{why}; {last[0]}".rstrip("; "))) for f in findings]
+        return ScriptRun(path, verified, {"exit": "died", "status": status}, timed_out=timed_out,
+                         log_tail=log_tail)
+    if contexts is not None:
+        raw["contexts"] = contexts
+    return ScriptRun(path, judge_run(raw, findings, options.min_bytes, options.device,
+                                     worker_hits),
+                     raw["outcome"], raw.get("run_seconds"), timed_out, raw, log_tail)
+
+
+def _read_worker_hits(hits_path: str) -> dict[int, int]:
+    hits: dict[int, int] = {}
+    if os.path.exists(hits_path):
+        with open(hits_path, encoding="ascii") as handle:
+            for row in handle:
+                parts = row.split()
+                if len(parts) == 2:
+                    hits[int(parts[1])] = hits.get(int(parts[1]), 0) + 1
+    return hits
+
+
+def judge_run(raw: dict, findings: list[Finding], min_bytes: int, device: str,
+              worker_hits: dict[int, int] | None = None) -> list[Verified]:
+    """Verdicts from a child's result; also used on recorded GPU results."""
+    outcome = raw["outcome"]
+    error = outcome.get("error") or {}
+    spans = {fid: (s["line"], s["end_line"]) for s in raw["statements"] for fid in s["findings"]}
+    verified = []
+    for finding_id, finding in enumerate(findings):
+        if str(finding_id) in raw["unprobed"]:
+            verified.append(Verified(finding, Judgement(ERROR, raw["unprobed"][str(finding_id)])))
+            continue
+        facts = RunFacts(min_bytes, device, outcome, raw.get("contexts"),
+                         (worker_hits or {}).get(finding_id, 0))
+        record = raw["measurements"].get(str(finding_id))
+        span = spans.get(finding_id, (finding.line, finding.line))
+        if error.get("out_of_memory") and error.get("line") and \
+                span[0] <= error["line"] <= span[1]:
+            judgement = Judgement(CONFIRMED, "ran out of CUDA memory at this line: "
+                                  + error["message"].splitlines()[0][:200],
+                                  {"out_of_memory": True, "hits": (record or {}).get("hits", 0)})
+        else:
+            judgement = judge(finding.code, record, facts)
+        if raw.get("probe_errors") and judgement.verdict != CONFIRMED:
+            judgement.measured += f" (probe error: {raw['probe_errors'][0]})"
+        verified.append(Verified(finding, judgement))
+    return verified
+
+
+def cuda_problem(device: str) -> str | None:
+    """Why no CUDA device is usable for `device`, or None when one is."""
+    try:
+        import torch
+    except ImportError:
+        return "memlint verify needs PyTorch with CUDA in this Python environment"
+    if not device.startswith("cuda"):
+        return f"--device must name a CUDA device (cuda or cuda:N), not {device!r}"
+    if not torch.cuda.is_available():
+        return f"no usable CUDA device (torch {torch.__version__}: torch.cuda.is_available() " \
+               "is False)"
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        return f"no CUDA device {device}: this machine has {torch.cuda.device_count()}"
+    return None
