@@ -7,7 +7,9 @@ of them, positions computed only when something was reported.
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +26,8 @@ from memlint.suppression import is_suppressed, skips_file
 from memlint.walker import handlers_for, walk
 
 PYTHON_SUFFIXES = (".py", ".pyi")
+#: Python's line ends; str.splitlines() also splits on form feeds and others.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 NOTEBOOK_SUFFIX = ".ipynb"
 
 
@@ -43,26 +47,29 @@ def check_source(source: str | bytes, path: str = "<stdin>",
         try:
             source = decode(source)
         except UnicodeDecodeError as error:
-            return [syntax_error(path, 1, 1, f"cannot decode the file: {error.reason}")]
+            return [_decode_failure(path, source, error)]
     if skips_file(source):
         return []
     rule_types = [r for r in ALL_RULES
                   if r.code in selected and any(k in source for k in r.keywords)]
     if not rule_types:
         return []
+    too_deep = _nested_too_deeply(source)
+    if too_deep is not None:
+        return [syntax_error(path, *too_deep)]
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as error:
-        return [syntax_error(path, error.raw_line, error.raw_column + 1,
-                             f"cannot parse the file: {error.message}")]
-    except RecursionError:
+        return [syntax_error(path, *_parse_failure(source, error))]
+    except (RecursionError, MemoryError):
         return [syntax_error(path, 1, 1, "cannot parse the file: nested too deeply for libcst")]
     except Exception as error:  # libcst raises a few non-ParserSyntaxError errors on odd input
         return [syntax_error(path, 1, 1, f"cannot parse the file: {error}")]
-    ctx = Context(ImportTable())
+    ctx = Context(ImportTable(), path)
     rules = [r(ctx, settings.rule_options.get(r.code)) for r in rule_types]
+    walkers = [*ctx.analyses.values(), *rules]  # shared analyses first
     try:
-        walk(module, ctx, handlers_for(rules, "visit_"), handlers_for(rules, "leave_"))
+        walk(module, ctx, handlers_for(walkers, "visit_"), handlers_for(walkers, "leave_"))
         for rule in rules:
             rule.finish()
     except RecursionError as error:
@@ -73,14 +80,18 @@ def check_source(source: str | bytes, path: str = "<stdin>",
                for node, stmt, message in rule.reports]
     if not reports:
         return []
-    return _place(module, source, path, reports, noqa)
+    try:
+        return _place(module, source, path, reports, noqa)
+    except RecursionError:  # libcst's position pass recurses in Python
+        return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
+                                         "memlint to place its findings")]
 
 
 def _place(module: cst.Module, source: str, path: str, reports,
            noqa: bool = True) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    lines = source.splitlines()
+    lines = _LINE_BREAK.split(source)
     findings = set()
     for rule, node, stmt, message in reports:
         span = positions[node]
@@ -97,6 +108,77 @@ def _place(module: cst.Module, source: str, path: str, reports,
                              end_line=span.end.line, end_column=span.end.column + 1,
                              name=rule.name, message=message))
     return sorted(findings)
+
+
+#: libcst's native parser recurses on the machine stack: about 2,000 nested
+#: brackets or 10,000 chained operators kill the process (SIGSEGV), and depths
+#: in the low thousands already take it tens of seconds. CPython's own parser
+#: refuses such code cleanly, so a file that looks deep is first given to it.
+_BRACKETS = re.compile(r"[()\[\]{}]")
+_SUSPICIOUS_DEPTH = 100
+_SUSPICIOUS_LINE_LENGTH = 2000
+_DEPTH_ERRORS = ("too many nested parentheses", "too many levels of indentation",
+                 "too many statically nested blocks")
+_LIBCST_POSITION = re.compile(r"error at (\d+):(\d+)")
+
+
+def _nested_too_deeply(source: str) -> tuple[int, int, str] | None:
+    """(line, column, reason) when the file is nested beyond what CPython accepts;
+    checked only for files whose brackets or line lengths make that possible."""
+    if not _looks_deep(source):
+        return None
+    try:
+        ast.parse(source)
+    except (RecursionError, MemoryError):
+        return 1, 1, "cannot parse the file: expressions nested too deeply (Python refuses it too)"
+    except SyntaxError as error:
+        if error.msg.startswith(_DEPTH_ERRORS):
+            return error.lineno or 1, error.offset or 1, f"cannot parse the file: {error.msg}"
+    except ValueError:  # source code string cannot contain null bytes
+        return None
+    return None
+
+
+def _looks_deep(source: str) -> bool:
+    if max(map(len, _LINE_BREAK.split(source)), default=0) > _SUSPICIOUS_LINE_LENGTH:
+        return True
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(source):
+        depth = depth + 1 if bracket in "([{" else max(depth - 1, 0)
+        deepest = max(deepest, depth)
+    return deepest > _SUSPICIOUS_DEPTH
+
+
+def _parse_failure(source: str, error: cst.ParserSyntaxError) -> tuple[int, int, str]:
+    """Where and why the file does not parse. CPython's message is the one users
+    know ("Missing parentheses in call to 'print'"), so it is preferred; libcst's
+    is the fallback for syntax newer than the running Python."""
+    try:
+        ast.parse(source)
+    except SyntaxError as python_error:
+        if python_error.lineno:
+            return (python_error.lineno, max(python_error.offset or 1, 1),
+                    f"cannot parse the file: {python_error.msg}")
+    except (ValueError, RecursionError, MemoryError):
+        pass
+    line, column = error.raw_line, error.raw_column + 1
+    position = _LIBCST_POSITION.search(error.message)
+    if position:  # the native parser's raw_column is 0; its message has the real one
+        line, column = int(position.group(1)), int(position.group(2)) + 1
+    return line, column, f"cannot parse the file: {error.message.removeprefix('parser error: ')}"
+
+
+def _decode_failure(path: str, data: bytes, error: UnicodeDecodeError) -> Finding:
+    before = data[:error.start]
+    line = before.count(b"\n") + 1
+    column = error.start - (before.rfind(b"\n") + 1) + 1
+    byte = data[error.start:error.start + 1]
+    if byte == b"\0":
+        return syntax_error(path, line, column, f"cannot decode the file: {error.reason}")
+    return syntax_error(path, line, column,
+                        f"cannot decode the file as {error.encoding}: {error.reason} "
+                        f"(byte 0x{byte.hex()}); save it as UTF-8 or declare its encoding "
+                        f"in a '# -*- coding: ... -*-' comment")
 
 
 def syntax_error(path: str, line: int, column: int, message: str) -> Finding:
@@ -149,6 +231,8 @@ def check_file(path: str, settings: Settings) -> tuple[list[Finding], InternalEr
         return check_source(data, path, settings), None
     except RuleCrash as crash:
         return [], InternalError(path, str(crash))
+    except Exception as error:  # memlint's own bug: report it for this file, check the rest
+        return [], InternalError(path, f"{type(error).__name__}: {error}")
 
 
 def _check_chunk(args: tuple[list[str], Settings]):
