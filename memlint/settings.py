@@ -55,12 +55,23 @@ def _longest_prefix(code: str, prefixes) -> int:
 
 
 def path_matches(path: str, pattern: str, root: str = ".") -> bool:
-    """A pattern matches the whole path, the path relative to `root`, or any one
-    of its components (`build` excludes every folder named build)."""
-    pure = PurePath(path)
-    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
-    candidates = {path, pure.as_posix(), PurePath(relative).as_posix()}
+    """A pattern matches the path as given, the path relative to `root`, or one
+    folder or file name inside `root` (`build` excludes every folder named build).
+
+    Folders above `root` never match by name: a project that lives under
+    `~/env/` or `/build/` is not excluded as a whole.
+    """
+    absolute = os.path.abspath(path)
+    try:
+        relative = os.path.relpath(absolute, os.path.abspath(root))
+    except ValueError:  # another drive (Windows)
+        relative = absolute
+    inside = not relative.startswith(os.pardir) and not os.path.isabs(relative)
+    candidates = {PurePath(path).as_posix(), PurePath(relative if inside else absolute).as_posix()}
     pattern = pattern.rstrip("/")
     if any(fnmatch.fnmatch(c, pattern) for c in candidates):
         return True
-    return "/" not in pattern and any(fnmatch.fnmatch(part, pattern) for part in pure.parts)
+    if "/" in pattern:
+        return False
+    names = PurePath(relative).parts if inside else (PurePath(absolute).name,)
+    return any(fnmatch.fnmatch(name, pattern) for name in names)

@@ -1,0 +1,203 @@
+"""`[tool.memlint]` in pyproject.toml: found, read, checked, turned into Settings.
+
+Every mistake is reported as one line naming the file, the key and what was
+expected, because a linter that silently ignores a misspelt `ignore` is worse
+than one that refuses to start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import typing
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from memlint.rules import ALL_CODES, ALL_RULES, SYNTAX_ERROR_CODE
+from memlint.settings import Settings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+_CODE_LISTS = ("select", "ignore", "extend-select")
+_PATTERN_LISTS = ("exclude", "extend-exclude")
+_TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores")
+_RULES_BY_KEY = {**{r.code: r for r in ALL_RULES}, **{r.name: r for r in ALL_RULES}}
+
+
+class ConfigError(Exception):
+    """A configuration or command-line mistake; the message is the one line shown."""
+
+
+def find_pyproject(start: str | os.PathLike) -> Path | None:
+    """The nearest pyproject.toml with a [tool.memlint] table, from `start` upward.
+
+    A pyproject.toml without that table is passed over (a sub-package's own
+    pyproject does not switch memlint's configuration off), as ruff does.
+    """
+    directory = Path(start).resolve()
+    if not directory.is_dir():
+        directory = directory.parent
+    for candidate in (directory, *directory.parents):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file() and "memlint" in _read_table(pyproject):
+            return pyproject
+    return None
+
+
+def common_parent(paths: Iterable[str]) -> str:
+    """Where the configuration search starts: the deepest folder holding all paths."""
+    absolute = [os.path.abspath(p) for p in paths if p != "-"]
+    if not absolute:
+        return os.getcwd()
+    try:
+        return os.path.commonpath(absolute)
+    except ValueError:  # paths on different drives (Windows)
+        return os.getcwd()
+
+
+def load_settings(pyproject: Path | None) -> Settings:
+    """Settings from `pyproject` ([tool.memlint]), or the defaults when there is none."""
+    if pyproject is None:
+        return Settings(root=os.getcwd())
+    table = _read_table(pyproject).get("memlint", {})
+    return settings_from_table(table, str(pyproject), root=str(pyproject.parent))
+
+
+def _read_table(pyproject: Path) -> dict:
+    """The [tool] table of a pyproject.toml."""
+    try:
+        with open(pyproject, "rb") as handle:
+            document = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{pyproject}: invalid TOML: {error}") from None
+    except OSError as error:
+        raise ConfigError(f"{pyproject}: cannot read it: {error.strerror or error}") from None
+    tool = document.get("tool", {})
+    return tool if isinstance(tool, dict) else {}
+
+
+def settings_from_table(table: object, source: str, root: str = ".") -> Settings:
+    """Check `[tool.memlint]` key by key and build Settings from it."""
+    where = f"{source}: [tool.memlint]"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table, got {_shown(table)}")
+    values: dict[str, object] = {"root": root}
+    rule_options: dict[str, dict] = {}
+    for key, value in table.items():
+        if key in _CODE_LISTS:
+            values[key.replace("-", "_")] = tuple(_codes(value, f"{where} {key}",
+                                                         ignoring=key == "ignore"))
+        elif key in _PATTERN_LISTS:
+            values[key.replace("-", "_")] = tuple(_strings(value, f"{where} {key}",
+                                                           "a list of glob patterns"))
+        elif key == "per-file-ignores":
+            values["per_file_ignores"] = _per_file_ignores(value, f"{where} {key}")
+        elif key in _RULES_BY_KEY:
+            rule = _RULES_BY_KEY[key]
+            if rule.code in rule_options:
+                raise ConfigError(f"{where}: options for {rule.code} given twice "
+                                  f"(as {rule.code} and as {rule.name})")
+            rule_options[rule.code] = _rule_options(rule, value, f"{where}.{key}")
+        else:
+            known = ", ".join((*_TOP_LEVEL_KEYS, "<rule code or name>"))
+            raise ConfigError(f"{where}: unknown key {key!r}; expected one of {known}")
+    return Settings(**values, rule_options=rule_options)
+
+
+def apply_overrides(settings: Settings, *, select=None, ignore=None, extend_select=None,
+                    extend_ignore=None, extend_exclude=None) -> Settings:
+    """Command-line flags win: `--select` replaces the file's select and
+    extend-select, `--ignore` its ignore; the extend flags add to either."""
+    changes: dict[str, object] = {}
+    if select is not None:
+        changes["select"], changes["extend_select"] = tuple(select), ()
+    if ignore is not None:
+        changes["ignore"] = tuple(ignore)
+    if extend_select:
+        changes["extend_select"] = (*changes.get("extend_select", settings.extend_select),
+                                    *extend_select)
+    if extend_ignore:
+        changes["ignore"] = (*changes.get("ignore", settings.ignore), *extend_ignore)
+    if extend_exclude:
+        changes["extend_exclude"] = (*settings.extend_exclude, *extend_exclude)
+    return replace(settings, **changes)
+
+
+def parse_codes(text: str, what: str, ignoring: bool = False) -> list[str]:
+    """A comma-separated list of codes or prefixes from the command line."""
+    return _codes([c for c in (part.strip() for part in text.split(",")) if c], what,
+                  ignoring=ignoring)
+
+
+def _codes(value: object, what: str, ignoring: bool = False) -> list[str]:
+    expected = "a list of rule codes or prefixes such as [\"MEM003\", \"MEM00\"]"
+    codes = _strings(value, what, expected)
+    for code in codes:
+        if not code or not any(known.startswith(code.upper()) for known in ALL_CODES):
+            raise ConfigError(f"{what}: unknown rule code {code!r}; "
+                              f"known codes are {', '.join(ALL_CODES)}")
+        if ignoring and code.upper() == SYNTAX_ERROR_CODE:
+            raise ConfigError(f"{what}: {SYNTAX_ERROR_CODE} (a file that cannot be read or "
+                              f"parsed) is always reported and cannot be ignored")
+    return [code.upper() for code in codes]
+
+
+def _strings(value: object, what: str, expected: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{what}: expected {expected}, got {_shown(value)}")
+    return value
+
+
+def _per_file_ignores(value: object, what: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what}: expected a table of glob pattern = [rule codes], "
+                          f"got {_shown(value)}")
+    return {pattern: tuple(_codes(codes, f"{what} {pattern!r}", ignoring=True))
+            for pattern, codes in value.items()}
+
+
+def _rule_options(rule, value: object, what: str) -> dict:
+    """A rule declares the options it reads as `OPTIONS = {"name": type}`."""
+    declared: Mapping[str, object] = getattr(rule, "OPTIONS", {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what}: expected a table of options for {rule.code} "
+                          f"({rule.name}), got {_shown(value)}")
+    for key, option in value.items():
+        if key not in declared:
+            known = ", ".join(declared) or "none"
+            raise ConfigError(f"{what}: unknown option {key!r} for {rule.code} ({rule.name}); "
+                              f"its options are: {known}")
+        expected = declared[key]
+        if not _has_type(option, expected):
+            raise ConfigError(f"{what}: {key}: expected {_type_name(expected)}, "
+                              f"got {_shown(option)}")
+    return dict(value)
+
+
+def _has_type(value: object, expected) -> bool:
+    origin = typing.get_origin(expected)
+    if origin is list:
+        (item_type,) = typing.get_args(expected) or (object,)
+        return isinstance(value, list) and all(_has_type(v, item_type) for v in value)
+    if expected is int or expected is float:  # TOML booleans are not numbers here
+        return isinstance(value, (int, float) if expected is float else int) \
+            and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+def _type_name(expected) -> str:
+    if typing.get_origin(expected) is list:
+        (item_type,) = typing.get_args(expected) or (object,)
+        return f"a list of {_type_name(item_type)}s"
+    return {bool: "a boolean", int: "an integer", float: "a number",
+            str: "a string"}.get(expected, getattr(expected, "__name__", str(expected)))
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+

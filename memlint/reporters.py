@@ -1,0 +1,157 @@
+"""Output formats of `memlint check`: text, json, github, sarif; and --statistics.
+
+Every reporter gets the whole Report at once, so the json and SARIF documents
+are written in one piece (valid even when empty) and memlint's own internal
+errors can be placed where each format has room for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import PurePath
+from urllib.parse import quote
+
+from memlint.engine import Report
+from memlint.finding import Finding
+from memlint.pages import summary
+from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
+
+INFORMATION_URI = "https://github.com/memlint/memlint"
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def location(finding: Finding) -> str:
+    """`path:line:col`, or `notebook.ipynb:cell 4:2:9` inside a notebook (as ruff writes it)."""
+    if finding.cell is not None:
+        return f"{finding.path}:cell {finding.cell}:{finding.cell_line}:{finding.column}"
+    return f"{finding.path}:{finding.line}:{finding.column}"
+
+
+def text(report: Report, version: str) -> str:
+    return "".join(f"{location(f)}: {f.code} {f.message}\n" for f in report.findings)
+
+
+def json_format(report: Report, version: str) -> str:
+    """An array of findings; internal errors become objects with code null, so a
+    consumer that reads only `code`-carrying records still sees a valid array."""
+    records = [f.to_dict() for f in report.findings]
+    records += [{"path": e.path, "line": None, "column": None, "end_line": None,
+                 "end_column": None, "code": None, "name": "internal-error",
+                 "message": f"internal error: {e.message}"} for e in report.errors]
+    return json.dumps(records, indent=2, ensure_ascii=False) + "\n"
+
+
+def github(report: Report, version: str) -> str:
+    """GitHub workflow commands: one `::warning` annotation per finding."""
+    lines = []
+    for f in report.findings:
+        properties = {"file": f.path, "line": f.line, "col": f.column,
+                      "endLine": f.end_line, "endColumn": f.end_column,
+                      "title": f"{f.code} {f.name}"}
+        lines.append(f"::warning {_github_properties(properties)}::"
+                     f"{_escape_data(_with_cell(f))}")
+    for error in report.errors:
+        lines.append(f"::error {_github_properties({'file': error.path, 'title': 'memlint'})}"
+                     f"::{_escape_data('internal error: ' + error.message)}")
+    return "".join(line + "\n" for line in lines)
+
+
+def _with_cell(finding: Finding) -> str:
+    if finding.cell is None:
+        return finding.message
+    return f"cell {finding.cell}, line {finding.cell_line}: {finding.message}"
+
+
+def _escape_data(value: str) -> str:
+    """The message part of a workflow command (GitHub's toolkit: escapeData)."""
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(value: object) -> str:
+    """A property value additionally escapes its delimiters ':' and ','."""
+    return _escape_data(str(value)).replace(":", "%3A").replace(",", "%2C")
+
+
+def _github_properties(properties: dict) -> str:
+    return ",".join(f"{key}={_escape_property(value)}" for key, value in properties.items())
+
+
+def sarif(report: Report, version: str) -> str:
+    """A SARIF 2.1.0 log with one run; internal errors are tool execution notifications."""
+    rules = [{"id": SYNTAX_ERROR_CODE, "name": NAMES_BY_CODE[SYNTAX_ERROR_CODE],
+              "shortDescription": {"text": summary(SYNTAX_ERROR_CODE)},
+              "helpUri": _help_uri(SYNTAX_ERROR_CODE),
+              "defaultConfiguration": {"level": "error"}}]
+    rules += [{"id": rule.code, "name": rule.name,
+               "shortDescription": {"text": summary(rule.code)},
+               "fullDescription": {"text": " ".join((rule.__doc__ or "").split())},
+               "helpUri": _help_uri(rule.code),
+               "defaultConfiguration": {"level": "warning"}} for rule in ALL_RULES]
+    index = {rule["id"]: i for i, rule in enumerate(rules)}
+    results = [{
+        "ruleId": f.code,
+        "ruleIndex": index[f.code],
+        "level": "error" if f.code == SYNTAX_ERROR_CODE else "warning",
+        "message": {"text": _with_cell(f)},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": {"uri": _uri(f.path), "uriBaseId": "%SRCROOT%"},
+            "region": {"startLine": f.line, "startColumn": f.column,
+                       "endLine": f.end_line, "endColumn": f.end_column},
+        }}],
+    } for f in report.findings]
+    invocation = {
+        "executionSuccessful": not report.errors,
+        "toolExecutionNotifications": [{
+            "level": "error",
+            "message": {"text": f"internal error: {e.message}"},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": _uri(e.path), "uriBaseId": "%SRCROOT%"}}}],
+        } for e in report.errors],
+    }
+    log = {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "memlint", "version": version,
+                                "semanticVersion": version,
+                                "informationUri": INFORMATION_URI, "rules": rules}},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": _directory_uri(os.getcwd())}},
+            "invocations": [invocation],
+            "results": results,
+        }],
+    }
+    return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+
+
+def _help_uri(code: str) -> str:
+    return f"{INFORMATION_URI}/blob/main/rules/{code}.md"
+
+
+def _uri(path: str) -> str:
+    """A relative URI against %SRCROOT% (the working directory) where the file lies
+    under it, else an absolute file: URI; GitHub code scanning wants relative ones."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    if relative.startswith(os.pardir) or os.path.isabs(relative):
+        return PurePath(absolute).as_uri()
+    return quote(PurePath(relative).as_posix())
+
+
+def _directory_uri(path: str) -> str:
+    return PurePath(os.path.abspath(path)).as_uri().rstrip("/") + "/"
+
+
+FORMATS: dict[str, Callable[[Report, str], str]] = {
+    "text": text, "json": json_format, "github": github, "sarif": sarif,
+}
+
+
+def statistics(report: Report) -> str:
+    """Per-code counts, most frequent first, as `ruff --statistics` prints them."""
+    counts = Counter(f.code for f in report.findings)
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return "".join(f"{count:>5}  {code}  {NAMES_BY_CODE.get(code, '')}\n"
+                   for code, count in ordered)
