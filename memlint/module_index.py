@@ -1,0 +1,284 @@
+"""Module-wide facts: the functions and classes a file defines, and every call
+site with the grad mode in force there.
+
+Rules that follow calls across a file read this: MEM002 walks from DataLoader
+worker entry points into the helpers they call, MEM004 asks whether every
+caller of an eval helper already disabled grad. It is filled during the
+engine's single walk (a rule asks `ModuleIndex.of(ctx)` in its constructor;
+the engine walks shared analyses before the rules), so it costs a few
+isinstance checks per function and call, and no second pass or parse.
+Resolution is by name within the file, as a reader would do it: `helper(x)`,
+`self.method(x)` (the class and its local bases and subclasses), `Class.method(x)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from memlint.context import Context
+from memlint.names import dotted_name
+
+_PARTIAL = {"functools.partial", "functools.partialmethod"}
+
+
+@dataclass(eq=False)
+class FunctionInfo:
+    """A `def` or a lambda, with the calls made directly in its body."""
+
+    node: cst.FunctionDef | cst.Lambda
+    name: str
+    class_name: str | None = None
+    parent: FunctionInfo | None = None
+    calls: list[CallSite] = field(default_factory=list)
+    children: list[FunctionInfo] = field(default_factory=list)
+    #: decorated with a project's own grad-disabling wrapper (`@smart_inference_mode()`)
+    grad_off_decorator: bool = False
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.class_name}.{self.name}" if self.class_name else self.name
+
+
+@dataclass(eq=False)
+class ClassInfo:
+    node: cst.ClassDef
+    name: str
+    bases: list[cst.BaseExpression]
+    methods: dict[str, FunctionInfo] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class CallSite:
+    node: cst.Call
+    caller: FunctionInfo | None  # None at module or class level
+    class_name: str | None  # the class `self` means here
+    grad_disabled: bool
+
+
+class ModuleIndex:
+    """Functions, classes and call sites of one module, gathered during the walk."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.functions: dict[cst.CSTNode, FunctionInfo] = {}
+        self.functions_by_name: dict[str, list[FunctionInfo]] = {}
+        self.classes: dict[str, ClassInfo] = {}
+        self.calls: list[CallSite] = []
+        #: functions named as values (`partial(evaluate)`, `pool.map(predict, xs)`):
+        #: called from places this file does not show
+        self.escaped: list[tuple[cst.BaseExpression, str | None]] = []
+        self._stack: list[FunctionInfo | ClassInfo] = []
+        self._grad_off_by_callers: set[FunctionInfo] | None = None
+        self._sites_by_callee: dict[FunctionInfo, list[CallSite]] | None = None
+
+    @classmethod
+    def of(cls, ctx: Context) -> ModuleIndex:
+        """The one index of this module, created on first use."""
+        index = ctx.analyses.get(cls)
+        if index is None:
+            index = ctx.analyses[cls] = cls(ctx)
+        return index  # type: ignore[return-value]
+
+    # -- the walk ---------------------------------------------------------
+    @property
+    def current(self) -> FunctionInfo | None:
+        """The innermost function or lambda being walked."""
+        for entry in reversed(self._stack):
+            if isinstance(entry, FunctionInfo):
+                return entry
+        return None
+
+    @property
+    def current_class(self) -> str | None:
+        """The class whose body or method we are in (what `self` means)."""
+        for entry in reversed(self._stack):
+            if isinstance(entry, ClassInfo):
+                return entry.name
+            if isinstance(entry, FunctionInfo) and entry.class_name:
+                return entry.class_name
+        return None
+
+    @property
+    def grad_disabled(self) -> bool:
+        """`ctx.grad_disabled`, or inside a function whose decorator is a
+        project's wrapper around no_grad / inference_mode."""
+        return self.ctx.grad_disabled or any(
+            isinstance(e, FunctionInfo) and e.grad_off_decorator for e in self._stack)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        info = ClassInfo(node, node.name.value, [arg.value for arg in node.bases if arg.keyword is None])
+        self.classes.setdefault(info.name, info)
+        self._stack.append(info)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self._stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        owner = self._stack[-1] if self._stack else None
+        info = FunctionInfo(node, node.name.value, parent=self.current,
+                            grad_off_decorator=any(map(_names_grad_off, node.decorators)))
+        if isinstance(owner, ClassInfo):
+            info.class_name = owner.name
+            owner.methods.setdefault(info.name, info)
+        else:
+            self.functions_by_name.setdefault(info.name, []).append(info)
+        self._enter(info)
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._enter(FunctionInfo(node, "<lambda>", parent=self.current))
+
+    def _enter(self, info: FunctionInfo) -> None:
+        if info.parent is not None:
+            info.parent.children.append(info)
+        self.functions[info.node] = info
+        self._stack.append(info)
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._stack.pop()
+
+    def leave_Lambda(self, node: cst.Lambda) -> None:
+        self._stack.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        caller = self.current
+        site = CallSite(node, caller, self.current_class, self.grad_disabled)
+        self.calls.append(site)
+        if caller is not None:
+            caller.calls.append(site)
+        for arg in node.args:
+            if isinstance(arg.value, (cst.Name, cst.Attribute)):
+                self.escaped.append((arg.value, site.class_name))
+
+    # -- queries (complete once the walk is over) -------------------------
+    def info(self, node: cst.CSTNode) -> FunctionInfo | None:
+        return self.functions.get(node)
+
+    def local_class(self, expr: cst.BaseExpression | None) -> ClassInfo | None:
+        """The class defined in this module that `expr` names (`Foo`)."""
+        if isinstance(expr, cst.Name):
+            return self.classes.get(expr.value)
+        return None
+
+    def lineage(self, class_name: str) -> Iterator[ClassInfo]:
+        """The class and its bases defined in this module, nearest first."""
+        seen: set[str] = set()
+        pending = [class_name]
+        while pending:
+            name = pending.pop(0)
+            info = self.classes.get(name)
+            if info is None or name in seen:
+                continue
+            seen.add(name)
+            yield info
+            pending.extend(b.value for b in info.bases if isinstance(b, cst.Name))
+
+    def subclasses(self, class_name: str) -> Iterator[ClassInfo]:
+        for info in self.classes.values():
+            if info.name != class_name and any(c.name == class_name for c in self.lineage(info.name)):
+                yield info
+
+    def methods_named(self, class_name: str, method: str) -> list[FunctionInfo]:
+        """`self.method` inside `class_name`: its own or inherited definition,
+        and overrides in subclasses of this module."""
+        found = []
+        for info in (*self.lineage(class_name), *self.subclasses(class_name)):
+            if method in info.methods:
+                found.append(info.methods[method])
+        return found
+
+    def resolve_reference(self, expr: cst.BaseExpression, class_name: str | None,
+                          loose: bool = False) -> list[FunctionInfo]:
+        """The functions of this module that `expr` (a callee or a value) names.
+
+        `loose` also matches `obj.method` against every class's method of
+        that name, for questions where a wrong match only makes a rule quieter.
+        """
+        if isinstance(expr, cst.Name):
+            return list(self.functions_by_name.get(expr.value, ()))
+        if isinstance(expr, cst.Call) and self.ctx.names.qualify(expr.func) in _PARTIAL and expr.args:
+            return self.resolve_reference(expr.args[0].value, class_name, loose)
+        if not isinstance(expr, cst.Attribute):
+            return []
+        method = expr.attr.value
+        owner = expr.value
+        if isinstance(owner, cst.Name) and owner.value in ("self", "cls") and class_name:
+            return self.methods_named(class_name, method)
+        if isinstance(owner, cst.Call) and dotted_name(owner.func) == "super" and class_name:
+            return [f for c in list(self.lineage(class_name))[1:] for f in [c.methods.get(method)] if f]
+        if isinstance(owner, cst.Name) and owner.value in self.classes:
+            return self.methods_named(owner.value, method)
+        if loose:
+            return [c.methods[method] for c in self.classes.values() if method in c.methods]
+        return []
+
+    def callees(self, site: CallSite, loose: bool = False) -> list[FunctionInfo]:
+        return self.resolve_reference(site.node.func, site.class_name, loose)
+
+    def call_sites(self, function: FunctionInfo) -> list[CallSite]:
+        """The calls in this module that may run `function` (methods matched by name)."""
+        if self._sites_by_callee is None:
+            self._sites_by_callee = {}
+            for site in self.calls:
+                for callee in self.callees(site, loose=True):
+                    self._sites_by_callee.setdefault(callee, []).append(site)
+        return self._sites_by_callee.get(function, [])
+
+    def grad_disabled_by_callers(self, function: FunctionInfo) -> bool:
+        """Whether every call of `function` in this module runs with grad
+        disabled: under no_grad at the call, or from a function of which that
+        holds in turn. A function with no call site here, or one passed around
+        as a value, may be called from anywhere: False."""
+        if self._grad_off_by_callers is None:
+            self._grad_off_by_callers = self._solve_grad_off_by_callers()
+        return function in self._grad_off_by_callers
+
+    def _solve_grad_off_by_callers(self) -> set[FunctionInfo]:
+        sites = {function: self.call_sites(function) for function in self.functions.values()}
+        escaped = {f for expr, class_name in self.escaped
+                   for f in self.resolve_reference(expr, class_name, loose=True)}
+        off: set[FunctionInfo] = set()
+        changed = True
+        while changed:
+            changed = False
+            for function, calls in sites.items():
+                if not calls or function in off or function in escaped:
+                    continue
+                if all(s.grad_disabled or s.caller in off for s in calls):
+                    off.add(function)
+                    changed = True
+        return off
+
+    def reachable(self, entry: FunctionInfo, depth: int = 3) -> dict[FunctionInfo, int]:
+        """Functions `entry` runs: itself and the lambdas in it, and the
+        same-module functions it calls, `depth` calls deep. Maps each to its
+        call depth."""
+        found: dict[FunctionInfo, int] = {}
+        frontier = [entry]
+        for level in range(depth + 1):
+            next_frontier = []
+            for function in frontier:
+                for unit in (function, *_lambdas_in(function)):
+                    if unit in found:
+                        continue
+                    found[unit] = level
+                    for site in unit.calls:
+                        next_frontier.extend(f for f in self.callees(site) if f not in found)
+            frontier = next_frontier
+        return found
+
+
+def _lambdas_in(function: FunctionInfo) -> Iterator[FunctionInfo]:
+    for child in function.children:
+        if isinstance(child.node, cst.Lambda):
+            yield child
+            yield from _lambdas_in(child)
+
+
+def _names_grad_off(decorator: cst.Decorator) -> bool:
+    expr = decorator.decorator
+    name = dotted_name(expr.func if isinstance(expr, cst.Call) else expr) or ""
+    last = name.rsplit(".", 1)[-1].lower()
+    return "no_grad" in last or "inference_mode" in last

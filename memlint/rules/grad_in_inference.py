@@ -1,0 +1,304 @@
+"""Forward passes in inference code with autograd still recording."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from memlint.module_index import ModuleIndex
+from memlint.names import call_arg, dotted_name
+from memlint.rule import Rule
+
+#: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
+_INFERENCE_WORDS = {"eval", "evaluate", "evaluation", "validate", "validation", "valid", "val",
+                    "test", "testing", "predict", "prediction", "predictions", "infer",
+                    "inference", "generate", "generation", "sample", "sampling"}
+#: ... unless it trains too (`train_and_evaluate`, `fit_predict`).
+_TRAINING_WORDS = {"train", "training", "fit", "finetune", "optimize", "backward", "attack",
+                   "adversarial", "saliency", "gradcam", "cam", "grad", "gradient", "gradients"}
+#: Names real code gives to modules when their binding is not visible here.
+_MODEL_NAMES = re.compile(r"(?:.*_)?(model|net|network|encoder|decoder|generator|"
+                          r"discriminator|classifier|backbone|critic|actor|policy|teacher|"
+                          r"student|unet|vae|autoencoder|netg|netd)$|.*model$")
+_MODULE_FACTORIES = ("torch.nn.", "torchvision.models.", "timm.", "torch.hub.load",
+                     "transformers.")
+#: Wrappers that are called like modules but disable grad in their own predict path.
+_SELF_GUARDED = ("ultralytics.", "transformers.pipeline", "sentence_transformers.")
+#: `setup_model(...)`, `load_model(...)`: functions about a model, not a model.
+_VERB_PREFIXES = {"setup", "load", "build", "get", "create", "make", "init", "prepare", "save",
+                  "export", "wrap", "compile", "update", "copy", "run", "call", "fit", "train",
+                  "to", "eval", "evaluate", "convert", "freeze", "unwrap", "set", "apply", "print",
+                  "log", "check", "is", "has", "reset", "register", "fuse", "quantize", "prune"}
+_TORCH_ROOTS = ("torch", "torchvision", "transformers", "timm", "lightning", "pytorch_lightning")
+#: Methods that return the module they are called on (`Net().to(device).eval()`).
+_CHAINED = {"to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16",
+            "requires_grad_", "share_memory"}
+#: Calls that show the function wants gradients (Grad-CAM, adversarial attacks, training).
+_GRAD_USERS = {"torch.autograd.grad", "torch.autograd.backward", "torch.autograd.functional.jacobian",
+               "torch.autograd.functional.hessian", "torch.autograd.functional.vjp",
+               "torch.autograd.functional.jvp", "torch.func.grad", "torch.func.vjp"}
+_GRAD_METHODS = {"backward", "manual_backward", "requires_grad_", "retain_grad"}
+_VARIABLE = {"torch.autograd.Variable", "torch.autograd.variable.Variable"}
+_LIGHTNING_BASES = ("LightningModule",)
+_LIGHTNING_HOOK = re.compile(r"(validation|val|test|predict)_step$|.*_epoch_(start|end)$|on_.*")
+_TEST_FILE = re.compile(r"(test_.*|.*_test|conftest)\.py$")
+
+
+@dataclass
+class _Unit:
+    """What one function (or the module's top level) did, in source order."""
+
+    node: cst.CSTNode
+    class_name: str | None
+    evaluated: dict[str, bool] = field(default_factory=dict)  # module name -> in eval mode
+    forward: tuple[cst.Call, cst.CSTNode | None, str] | None = None  # first unguarded forward
+    wants_grad: bool = False
+
+
+class GradInInference(Rule):
+    """A forward pass in inference code (after `model.eval()`, or in a function
+    named like `evaluate`/`validate`/`predict`/`generate`) with no `torch.no_grad()`
+    or `torch.inference_mode()` in force: autograd keeps every activation the
+    forward needs for a backward that never comes, so peak memory is that of a
+    training step, and outputs kept for metrics hold their whole graphs.
+
+    Left alone: functions that call `backward()` or `torch.autograd.grad`
+    (Grad-CAM, adversarial examples), functions whose every call in this module
+    already runs under no_grad, Lightning's `validation_step`/`test_step`/
+    `predict_step` (Lightning disables grad itself), and `test_*` functions of
+    test files. Reported once per function, on its first such forward call."""
+
+    code = "MEM004"
+    name = "grad-in-inference"
+    keywords = ("eval", "test", "valid", "predict", "infer", "generat", "sampl", "volatile")
+
+    VALID = [
+        "import torch\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n"
+        "        return model(x)",
+        "import torch\n@torch.no_grad()\ndef evaluate(model, x):\n    return model(x)",
+        "import torch\n@torch.inference_mode()\ndef predict(self, x):\n    return self.model(x)",
+        "import torch\ndef validate(model, x):\n    torch.set_grad_enabled(False)\n    return model(x)",
+        # no_grad opened before model.eval()
+        "import torch\ndef run(model, x):\n    with torch.no_grad():\n        model.eval()\n"
+        "        out = model(x)\n    return out",
+        # Grad-CAM wants the gradient
+        "import torch\ndef saliency(model, x):\n    model.eval()\n    out = model(x)\n"
+        "    out.max().backward()\n    return x.grad",
+        # every caller already disabled grad
+        "import torch\ndef infer_batch(model, x):\n    return model(x)\n"
+        "def main(model, xs):\n    with torch.no_grad():\n        return [infer_batch(model, x) for x in xs]",
+        # a Lightning-style module (it has training_step) from a project base class
+        "import torch\nclass Lit(BaseModule):\n    def training_step(self, batch, idx):\n"
+        "        return self.model(batch).mean()\n    def test_step(self, batch, idx):\n"
+        "        return self.model(batch)",
+        # Lightning disables grad in validation_step itself
+        "import torch\nimport pytorch_lightning as pl\nclass Lit(pl.LightningModule):\n"
+        "    def validation_step(self, batch, idx):\n        return self.model(batch)",
+        # training back to train mode before the forward
+        "import torch\ndef epoch(model, x, opt):\n    model.eval()\n    model.train()\n"
+        "    loss = model(x).sum()\n    step(loss)",
+        # not a module: a metric function named like one
+        "import torch\ndef evaluate(preds, labels):\n    return metric(preds, labels)",
+    ]
+    INVALID = [
+        "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
+        "    for x, y in loader:\n        out = model(x)",
+        "import torch\ndef run_validation(self, x):\n    return self.model(x)",
+        "import torch\ndef predict(net, x):\n    return net(x).argmax(1)",
+        "import torch\nclf = torch.nn.Linear(4, 2)\nclf.eval()\npreds = clf(torch.ones(1, 4))",
+        "import torch\nfrom torch.autograd import Variable\n"
+        "def test(model, x):\n    x = Variable(x, volatile=True)",
+        "import torch\ndef sample_images(G, z):\n    G.eval()\n    return G(z)",
+        "import torch\nimport torchvision\ndef export_preds(x):\n"
+        "    backbone = torchvision.models.resnet18()\n    backbone.eval()\n    return backbone(x)",
+        "import torch\ndef eval_epoch(encoder, x):\n    return encoder.forward(x)",
+        # a caller that does not disable grad
+        "import torch\ndef infer_batch(model, x):\n    return model(x)\n"
+        "def main(model, xs):\n    return [infer_batch(model, x) for x in xs]",
+    ]
+
+    def __init__(self, ctx, options=None) -> None:
+        super().__init__(ctx, options)
+        self.index = ModuleIndex.of(ctx)
+        self.units = [_Unit(None, None)]  # the module's top level
+        self.pending: list[_Unit] = []
+        self.grad_users: set[cst.CSTNode] = set()  # functions that call backward() & co.
+
+    @property
+    def unit(self) -> _Unit:
+        return self.units[-1]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.units.append(_Unit(node, self.index.current_class))
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        unit = self.units.pop()
+        if unit.wants_grad:
+            self.grad_users.add(node)
+        elif unit.forward is not None:
+            self.pending.append(unit)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        # `x.requires_grad = True`: gradients with respect to the input (attacks, saliency)
+        if any(dotted_name(t.target) and dotted_name(t.target).endswith(".requires_grad")
+               for t in node.targets):
+            self.unit.wants_grad = True
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        method = func.attr.value if isinstance(func, cst.Attribute) else None
+        qualified = self.ctx.qualify(func)
+        if method in _GRAD_METHODS or qualified in _GRAD_USERS:
+            self.unit.wants_grad = True
+            return
+        if qualified in _VARIABLE:
+            self._check_volatile(node)
+            return
+        if method in ("eval", "train") and isinstance(func, cst.Attribute):
+            name = dotted_name(func.value)
+            if name:
+                self.unit.evaluated[name] = method == "eval" or _is_false(node)
+            return
+        if self.unit.forward is not None or self.index.grad_disabled:
+            return
+        module = self._called_module(node)
+        if module is None:
+            return
+        if self.unit.evaluated.get(module) or (self.unit.node is not None and _is_inference_name(self.unit.node)):
+            self.unit.forward = (node, self.statement(), module)
+            if self.unit.node is None:
+                # at the top level only a backward that follows counts (a script
+                # that trains, then predicts)
+                self.unit.wants_grad = False
+                self.pending.append(self.unit)
+
+    def _check_volatile(self, node: cst.Call) -> None:
+        volatile = call_arg(node, "volatile")
+        if volatile is None or not (isinstance(volatile.value, cst.Name) and volatile.value.value == "True"):
+            return
+        if self.index.grad_disabled:
+            return
+        self.report(node, "Variable(..., volatile=True) has done nothing since PyTorch 0.4: "
+                          "autograd still records the forward and keeps its activations; "
+                          "wrap the inference in `with torch.no_grad():` and drop Variable")
+
+    def _called_module(self, call: cst.Call) -> str | None:
+        """The name of the module this call runs forward, if it is one."""
+        target = call.func
+        if isinstance(target, cst.Attribute) and target.attr.value == "forward":
+            target = target.value
+        name = dotted_name(target)
+        if name is None or self.ctx.qualify(target) is not None:
+            return None  # `F.relu(x)`, `torch.sigmoid(x)`: library functions
+        if self.unit.evaluated.get(name):
+            return name
+        bound = self.ctx.binding(name)
+        if bound is not None:
+            verdict = self._constructs_module(bound)
+            if verdict is not None:
+                return name if verdict else None
+        last = name.rsplit(".", 1)[-1].lower()
+        if last.split("_", 1)[0] in _VERB_PREFIXES:
+            return None
+        return name if _MODEL_NAMES.fullmatch(last) else None
+
+    def _constructs_module(self, value: cst.BaseExpression) -> bool | None:
+        """True for `nn.Linear(...)`, `Net().to(device)`, `resnet18()`,
+        `AutoModel.from_pretrained(...)`; False for literals, lambdas and
+        functions; None when it cannot tell."""
+        while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+               and value.func.attr.value in _CHAINED):
+            value = value.func.value
+        if isinstance(value, (cst.BaseString, cst.Integer, cst.Float, cst.Lambda, cst.List,
+                              cst.Dict, cst.Tuple, cst.BaseComp)):
+            return False
+        if not isinstance(value, cst.Call):
+            return None
+        qualified = self.ctx.qualify(value.func) or ""
+        if qualified.startswith(_SELF_GUARDED):
+            return False
+        if qualified.startswith(_MODULE_FACTORIES):
+            return True
+        if isinstance(value.func, cst.Attribute) and value.func.attr.value == "from_pretrained":
+            return True
+        if self.index.local_class(value.func) is not None:
+            return self._is_module_class(value.func.value)
+        return None
+
+    def _is_module_class(self, class_name: str) -> bool | None:
+        """True for a local subclass of nn.Module; None when its bases are not known here."""
+        for info in self.index.lineage(class_name):
+            for base in info.bases:
+                qualified = self.ctx.names.qualify(base) or ""
+                if qualified.startswith(("torch.nn.", "transformers.")):
+                    return True
+        return None
+
+    # -- after the walk ---------------------------------------------------
+    def finish(self) -> None:
+        if not any(self.ctx.names.imports(root) for root in _TORCH_ROOTS):
+            return  # mxnet / TensorFlow / JAX code records no graph outside its tapes
+        for unit in self.pending:
+            if unit.wants_grad or self._left_alone(unit):
+                continue
+            call, statement, module = unit.forward
+            if unit.node is None:
+                where = f"after {module}.eval()"
+            elif unit.evaluated.get(module):
+                where = f"after {module}.eval() in '{unit.node.name.value}'"
+            else:
+                where = f"in '{unit.node.name.value}'"
+            self.report(call, f"'{module}' runs forward {where} with autograd on: it saves every "
+                              "activation for a backward that never comes (training-step peak "
+                              "memory, outputs that hold their graphs); wrap the inference in "
+                              "`with torch.no_grad():` or decorate the function with "
+                              "@torch.no_grad()", statement)
+
+    def _left_alone(self, unit: _Unit) -> bool:
+        if unit.node is None:
+            return False
+        name = unit.node.name.value
+        if name.startswith("test") and _TEST_FILE.match(os.path.basename(self.ctx.path)):
+            return True
+        if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) and self._is_lightning(unit.class_name):
+            return True
+        info = self.index.info(unit.node)
+        if info is None:
+            return False
+        if not unit.evaluated.get(unit.forward[2]) and self._part_of_training(info):
+            return True
+        return self.index.grad_disabled_by_callers(info)
+
+    def _part_of_training(self, info) -> bool:
+        """A function picked by its name only (`predict_masks`) that a module's
+        `forward` or a training step calls is a building block of training."""
+        for site in self.index.call_sites(info):
+            caller = site.caller
+            if caller is None or site.grad_disabled:
+                continue
+            if caller.node in self.grad_users or caller.name in ("forward", "__call__"):
+                return True
+        return False
+
+    def _is_lightning(self, class_name: str) -> bool:
+        for info in self.index.lineage(class_name):
+            if "training_step" in info.methods:
+                return True
+            for base in info.bases:
+                name = self.ctx.names.qualify(base) or dotted_name(base) or ""
+                if name.endswith(_LIGHTNING_BASES):
+                    return True
+        return False
+
+
+def _is_inference_name(node: cst.FunctionDef) -> bool:
+    words = set(re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", node.name.value).lower().split("_"))
+    return bool(words & _INFERENCE_WORDS) and not words & _TRAINING_WORDS
+
+
+def _is_false(call: cst.Call) -> bool:
+    """`model.train(False)` puts the model in eval mode."""
+    return bool(call.args) and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False"
