@@ -30,6 +30,7 @@ _TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.
 # Words in a variable name that say "this is the data set", split like `X_train` -> x, train.
 _SPLITS = {"train", "training", "test", "testing", "val", "valid", "validation", "holdout",
            "all", "full", "whole", "entire"}
+_SPLIT_NAMES = ("train", "test")  # not `val`, `valid`: a value, a flag
 _DATA_WORDS = {"x", "y", "data", "features", "feats", "labels", "images", "imgs", "targets",
                "inputs", "samples", "examples", "set", "ds", "arr", "array", "tensor",
                "tensors", "matrix", "points", "sequences", "texts", "tokens"}
@@ -42,6 +43,10 @@ _WEAK_DATA_WORDS = {"data", "features", "feats", "labels", "images", "imgs", "ta
 #: Index names that pick a mini-batch or one sample out of the data.
 _BATCH_INDEX_WORDS = {"i", "j", "k", "b", "idx", "idxs", "index", "indices", "ix", "batch",
                       "ids", "sample", "mb", "minibatch", "start", "end"}
+#: Data-frame methods whose result is a summary, not the data.
+_REDUCTIONS = {"max", "min", "mean", "sum", "std", "var", "median", "count", "nunique",
+               "describe", "head", "tail", "sample", "value_counts", "unique", "corr",
+               "cov", "quantile", "mode", "first", "last", "idxmax", "idxmin"}
 #: Function names where the whole data set is loaded and prepared.
 _SETUP_WORDS = {"init", "setup", "prepare", "load", "read", "build", "make", "create",
                 "preprocess", "main", "data", "dataset", "datasets"}
@@ -62,7 +67,7 @@ def _name_evidence(name: str) -> int:
     words |= {part.lower().replace("_", "") for part in parts}
     if words & _DATASET_WORDS or (words & _SPLITS and words & _DATA_WORDS):
         return STRONG
-    if words & _WEAK_DATA_WORDS or (parts and parts[-1] in ("X", "Y")):
+    if words & _WEAK_DATA_WORDS or (parts and parts[-1] in ("X", "Y", *_SPLIT_NAMES)):
         return WEAK
     return UNKNOWN
 
@@ -100,6 +105,10 @@ class WholeDatasetToDevice(Rule):
         'import torch\ndef update(self):\n    batch = self.memory.sample(64)\n'
         '    states = torch.tensor(batch.states).to(device)',
         'import torch\nlabels = labels.to(torch.int64)',
+        'import torch\ndef loss(model, subject, device):\n'
+        '    values = torch.from_numpy(subject.values).to(device)\n    return model(values)',
+        'import torch\nspread = torch.Tensor(stats.abs().max().values).to(device)',
+        'import torch\nx_val_batch = torch.from_numpy(x_val[:32]).float().to(device)',
         'import torch\ndef train_step(model, images, labels):\n'
         '    images, labels = images.to(device), labels.to(device)\n    return model(images)',
         'import numpy as np\nimport torch\nX_train = np.load("x.npy")\n'
@@ -128,6 +137,10 @@ class WholeDatasetToDevice(Rule):
         '    X = t.tensor(X_train).float().to(t.device("cuda"))',
         'import torch\ntrain_x = train_x.type(torch.cuda.FloatTensor)',
         'import torch\nX = torch.from_numpy(X).float()\nX = X.to(device)',
+        'import torch\nclass Graph:\n    def __init__(self, users, device):\n'
+        '        self.user_feats = torch.LongTensor(users.values).to(device)',
+        'import torch\ndef main():\n    train, test = split(ratings)\n'
+        '    test_tensor = torch.FloatTensor(test).to(device)',
         'import torch\nmnist = load()\nimages = mnist.train_dataset.data.float().cuda()',
         'import torch\nfor epoch in range(10):\n'
         '    inputs = torch.from_numpy(x_train).to(device)',
@@ -179,7 +192,7 @@ class WholeDatasetToDevice(Rule):
             return self._call_evidence(node, depth)
         if isinstance(node, cst.Attribute):
             if node.attr.value == "values":
-                return STRONG  # `df.values`, `df[cols].values`
+                return self._frame_evidence(node.value, depth)  # `df.values`
             if node.attr.value in ("T", "mT", "data"):
                 inner = self._evidence(node.value, depth + 1)
                 if inner != UNKNOWN:
@@ -216,7 +229,7 @@ class WholeDatasetToDevice(Rule):
         func = node.func
         if isinstance(func, cst.Attribute):
             if func.attr.value == "to_numpy":
-                return STRONG
+                return self._frame_evidence(func.value, depth)
             if func.attr.value in _SAME_DATA_METHODS:
                 return self._evidence(func.value, depth + 1)
             if func.attr.value == "sample":
@@ -225,8 +238,22 @@ class WholeDatasetToDevice(Rule):
             return NONE  # one batch of a loader
         return UNKNOWN
 
+    def _frame_evidence(self, frame: cst.BaseExpression, depth: int) -> int:
+        """`df.values`, `df[cols].to_numpy()`: a data frame's contents, unless the
+        frame is a reduction (`stats.max().values`) or one row of a loop."""
+        if isinstance(frame, cst.Call) and isinstance(frame.func, cst.Attribute) \
+                and frame.func.attr.value in _REDUCTIONS:
+            return NONE
+        inner = self._evidence(frame, depth + 1)
+        return NONE if inner == NONE else max(inner, WEAK)
+
     def _picks_a_batch(self, node: cst.Subscript) -> bool:
-        """`X[i:i + bs]`, `data[idx]`: a slice named after an index, not the split."""
+        """`X[i:i + bs]`, `data[idx]`, `x_val[:32]`: some rows picked by an index
+        or a literal bound, not the split."""
+        first = node.slice[0].slice if node.slice else None
+        if isinstance(first, cst.Slice) and any(
+                isinstance(bound, cst.Integer) for bound in (first.lower, first.upper)):
+            return True
         for element in node.slice:
             for name in _names_in(element.slice):
                 words = set(_words(name))
