@@ -54,14 +54,20 @@ def _too_small(what: str, facts: RunFacts) -> str:
 
 
 def judge_whole_dataset(record: dict, facts: RunFacts) -> Judgement:
-    deltas = record.get("allocated_delta", [])
-    largest = max(deltas, default=0)
+    kept = max(record.get("allocated_delta", []), default=0)
+    created = max(record.get("created_bytes", []), default=0)
+    largest = max(kept, created)
     live = record.get("live_bytes_at_end", 0)
-    numbers = {"allocated_delta_max": largest, "live_bytes_at_end": live,
-               "hits": record["hits"]}
+    numbers = {"allocated_delta_max": kept, "created_bytes_max": created,
+               "live_bytes_at_end": live, "hits": record["hits"]}
     where = record.get("device") or facts.device
     if largest >= facts.min_bytes:
-        state = "still live at exit" if live >= facts.min_bytes else "freed before exit"
+        if kept < facts.min_bytes:
+            state = "freed within the statement"
+        elif live >= facts.min_bytes:
+            state = "still live at exit"
+        else:
+            state = "freed before exit"
         return Judgement(CONFIRMED, f"put {human_bytes(largest)} on {where}, {state}", numbers)
     return Judgement(NOT_CONFIRMED, _too_small(f"put {human_bytes(largest)} on {where}", facts),
                      numbers)
@@ -152,8 +158,9 @@ def judge_pin_memory(record: dict, facts: RunFacts) -> Judgement:
     if record["hits"] == 0:
         return Judgement(NOT_REACHED, "the DataLoader was never built", numbers)
     if not batches:
-        return Judgement(NOT_CONFIRMED, "no batch with CPU tensors came out of the loader, "
-                         "nothing to copy", numbers)
+        why = "no copy was timed: no CUDA device" if not facts.device.startswith("cuda") \
+            else "no batch with CPU tensors came out of the loader, nothing to copy"
+        return Judgement(NOT_CONFIRMED, why, numbers)
     pageable = sum(b["pageable_seconds"] for b in batches)
     pinned = sum(b["pinned_seconds"] for b in batches)
     size = sum(b["bytes"] for b in batches)

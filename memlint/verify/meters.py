@@ -121,8 +121,9 @@ class ReturnCatcher:
 # -- MEM001 -------------------------------------------------------------------
 
 class DeviceBytesMeter(Meter):
-    """Device bytes the statement left allocated, and whether the tensors it
-    made on the GPU are still alive when the script ends."""
+    """Device bytes the statement left allocated, bytes of the device tensors
+    it made (a whole copy freed within the statement counts too), and whether
+    those tensors are still alive when the script ends."""
 
     def __init__(self, device: Device) -> None:
         super().__init__(device)
@@ -131,6 +132,9 @@ class DeviceBytesMeter(Meter):
         self.outputs: list[weakref.ref] = []
         self.mode = None
         self.live_bytes_at_end = 0
+        self.created: list[int] = []
+        self.current_created = 0
+        self.created_storages: set = set()
         self._keep_outputs_mode().__enter__().__exit__(None, None, None)
 
     def _keep_outputs_mode(self):
@@ -139,7 +143,7 @@ class DeviceBytesMeter(Meter):
         one is entered once here, before the script starts, not at the line."""
         from torch.utils._python_dispatch import TorchDispatchMode
 
-        outputs = self.outputs
+        meter = self
         cuda_only = self.device.is_cuda
 
         class KeepOutputs(TorchDispatchMode):
@@ -147,13 +151,24 @@ class DeviceBytesMeter(Meter):
                 result = func(*args, **(kwargs or {}))
                 for tensor in tensors_in(result):
                     if not cuda_only or tensor.device.type == "cuda":
-                        outputs.append(weakref.ref(tensor))
+                        meter.keep(tensor)
                 return result
 
         return KeepOutputs()
 
+    def keep(self, tensor: torch.Tensor) -> None:
+        """Remember a tensor the statement made; count its storage once."""
+        key = storage_key(tensor)
+        if key not in self.created_storages:
+            self.created_storages.add(key)
+            self.current_created += tensor.untyped_storage().nbytes()
+        if len(self.outputs) < MAX_SAMPLES:
+            self.outputs.append(weakref.ref(tensor))
+
     def enter(self) -> None:
         self.before = self.device.allocated()
+        self.current_created = 0
+        self.created_storages = set()
         self.mode = self._keep_outputs_mode()
         self.mode.__enter__()
 
@@ -164,6 +179,8 @@ class DeviceBytesMeter(Meter):
         super().exit()
         if len(self.deltas) < MAX_SAMPLES:
             self.deltas.append(self.device.allocated() - self.before)
+            self.created.append(self.current_created)
+        self.created_storages = set()
 
     def finish(self) -> None:
         alive = [t for t in (ref() for ref in self.outputs) if t is not None]
@@ -171,7 +188,8 @@ class DeviceBytesMeter(Meter):
 
     def result(self) -> dict:
         return {**super().result(), "device": str(self.device.torch_device),
-                "allocated_delta": self.deltas, "live_bytes_at_end": self.live_bytes_at_end}
+                "allocated_delta": self.deltas, "created_bytes": self.created,
+                "live_bytes_at_end": self.live_bytes_at_end}
 
 
 # -- MEM003 -------------------------------------------------------------------
@@ -211,7 +229,8 @@ class SavedTensorsMeter(Meter):
         if key not in self.seen:
             self.seen.add(key)
             size = tensor.untyped_storage().nbytes()
-            kind = "parameter_bytes" if tensor.is_leaf and tensor.requires_grad \
+            base = tensor._base if tensor._base is not None else tensor  # weight.t() too
+            kind = "parameter_bytes" if base.is_leaf and base.requires_grad \
                 else "activation_bytes"
             self.current[kind] += size
             if tensor.device.type == "cuda":

@@ -1,0 +1,87 @@
+"""The whole probe pipeline on the CPU: the child runs a script as __main__
+with its arguments, probes measure the flagged lines, errors keep their
+line, and a timeout ends the child's whole process group."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("torch")
+
+from memlint.verify.judges import CONFIRMED, NOT_CONFIRMED, NOT_REACHED  # noqa: E402
+from memlint.verify.processes import wait_until_gone  # noqa: E402
+from memlint.verify.runner import Options, verify_script  # noqa: E402
+from tests.verify_helpers import DATA, probe_findings  # noqa: E402
+
+
+def verify_on_cpu(name, args=(), timeout=120.0):
+    path = str(DATA / name)
+    return verify_script(path, probe_findings(path),
+                         Options(args=list(args), device="cpu", timeout=timeout))
+
+
+@pytest.fixture(scope="module")
+def cpu_probes():
+    return verify_on_cpu("cpu_probes.py", ["7"])
+
+
+def by_line(run):
+    return {v.finding.line: v for v in run.verified}
+
+
+def test_the_script_runs_as_main_with_its_arguments(cpu_probes):
+    assert cpu_probes.outcome == {"exit": "completed"}
+    assert "done 4" in cpu_probes.log_tail
+    assert by_line(cpu_probes)[31].judgement.numbers["hits"] == 7  # argv[1] == "7"
+
+
+def test_each_rule_meter_reports_on_its_line(cpu_probes):
+    lines = by_line(cpu_probes)
+    assert lines[18].judgement.numbers["activation_bytes_max"] == 2 * 64 * 256 * 4
+    assert lines[18].judgement.verdict == NOT_CONFIRMED  # 128 KiB < 1 MiB
+    assert "too small to confirm" in lines[18].judgement.measured
+    assert lines[23].judgement.numbers["grad_enabled"] is False
+    assert lines[40].judgement.verdict == CONFIRMED
+    weights = (256 * 256 + 256 + 10 * 256 + 10) * 4  # the two Linear layers, float32
+    assert lines[43].judgement.numbers["loads"] == [{"cpu": weights}]
+    assert lines[45].judgement.verdict == NOT_REACHED
+
+
+def test_min_bytes_decides_the_verdict():
+    path = str(DATA / "cpu_probes.py")
+    run = verify_script(path, probe_findings(path)[:1],
+                        Options(device="cpu", min_bytes=64 * 1024))
+    assert run.verified[0].judgement.verdict == CONFIRMED
+
+
+def test_an_error_is_reported_with_the_original_line():
+    run = verify_on_cpu("raises.py")
+    assert run.outcome["exit"] == "exception"
+    assert run.outcome["error"]["line"] == 9
+    assert "invalid for input of size 4" in run.outcome["error"]["message"]
+    assert run.verified[0].judgement.numbers["hits"] == 1
+
+
+def listing(folder):
+    return {entry.name: entry.stat().st_mtime_ns for entry in os.scandir(folder)}
+
+
+def test_a_loader_built_through_an_alias_is_measured_and_still_works():
+    before = listing(DATA)
+    run = verify_on_cpu("dataloader_copies.py")
+    assert listing(DATA) == before  # verify never writes to the user's files
+    assert "batches of DataLoader rows 64" in run.log_tail
+    assert run.raw["measurements"]["0"]["batches"][0]["bytes"] == 16 * 32 * 4 + 16 * 8
+    assert run.verified[0].judgement.measured == "no copy was timed: no CUDA device"
+
+
+def test_timeout_kills_the_whole_process_group_and_keeps_the_measurements(tmp_path):
+    pid_file = tmp_path / "worker.pid"
+    run = verify_on_cpu("sleeps_with_worker.py", [str(pid_file)], timeout=12)
+    assert run.timed_out
+    assert run.outcome == {"exit": "timeout"}  # the child wrote its results on SIGTERM
+    assert run.verified[0].judgement.numbers["hits"] > 0
+    worker = int(pid_file.read_text())
+    assert wait_until_gone([worker]), f"worker {worker} outlived the timeout"

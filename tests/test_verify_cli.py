@@ -1,0 +1,55 @@
+"""`memlint verify`'s command line: sizes, `--` arguments, exit status 2
+with one line when no CUDA device is usable."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from memlint.verify.cli import _per_script, build_parser, main, parse_size
+
+
+@pytest.mark.parametrize("text, size", [("1048576", 2**20), ("512KiB", 512 * 1024),
+                                        ("1.5 GiB", int(1.5 * 2**30)), ("10MB", 10**7),
+                                        ("0", 0)])
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1MiB", "5 parsecs"])
+def test_parse_size_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size(text)
+
+
+def test_defaults_follow_the_contract():
+    options = build_parser().parse_args(["train.py"])
+    assert (options.timeout, options.min_bytes, options.device, options.format) == \
+        (120.0, 2**20, "cuda:0", "text")
+
+
+def test_outputs_get_the_script_name_when_there_are_several():
+    assert _per_script("out.png", "fixtures/a/train.py", several=False) == "out.png"
+    assert _per_script("out.png", "fixtures/a/train.py", several=True) == "out.train.png"
+    assert _per_script(None, "train.py", several=True) is None
+
+
+def test_a_usage_error_exits_2(capsys):
+    assert main(["--timeout", "soon", "train.py"]) == 2
+
+
+def test_no_cuda_device_exits_2_with_one_line(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nstate = torch.load('x.pt')\n")
+    done = subprocess.run([sys.executable, "-m", "memlint.verify.cli", str(script),
+                           "--", "--epochs", "1"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "no usable CUDA device" in done.stderr

@@ -1,0 +1,64 @@
+"""`memlint verify` on a real GPU: the probe programs and the fixtures.
+Skipped where there is no CUDA device (CI); run on the GPU machine with
+`python -m pytest -m gpu tests/`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memlint.verify.judges import CONFIRMED, NOT_CONFIRMED  # noqa: E402
+from memlint.verify.runner import Options, verify_script  # noqa: E402
+from tests.expectations import FIXTURES  # noqa: E402
+from tests.verify_helpers import DATA, probe_findings  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device; torch sees none here")]
+MiB = 2**20
+
+
+def verify(name, *args):
+    path = str(DATA / name)
+    run = verify_script(path, probe_findings(path), Options(args=list(args), timeout=120))
+    return {v.finding.line: v.judgement for v in run.verified}
+
+
+def test_whole_array_on_the_device():
+    verdicts = verify("gpu_whole_dataset.py")
+    assert verdicts[8].verdict == CONFIRMED and verdicts[8].numbers["live_bytes_at_end"] >= 64 * MiB
+    assert verdicts[9].verdict == NOT_CONFIRMED
+    assert verdicts[10].verdict == CONFIRMED
+    assert "freed within the statement" in verdicts[10].measured
+
+
+def test_cuda_in_spawned_workers_costs_a_context_each():
+    verdict = verify("gpu_worker_cuda.py", "spawn")[14]
+    assert verdict.verdict == CONFIRMED and verdict.numbers["worker_contexts"] == 2
+
+
+def test_cuda_in_forked_workers_fails():
+    verdict = verify("gpu_worker_cuda.py", "fork")[14]
+    assert verdict.verdict == CONFIRMED and "forked subprocess" in verdict.measured
+
+
+def test_training_program():
+    verdicts = verify("gpu_training.py", "30")
+    assert verdicts[15].verdict == CONFIRMED  # pinned copies faster
+    assert verdicts[27].verdict == CONFIRMED  # outputs kept with their graphs
+    assert verdicts[29].verdict == CONFIRMED  # eval forward with autograd on
+
+
+def test_verify_fixtures_confirms_findings_and_exits_1():
+    done = subprocess.run([sys.executable, "-m", "memlint.verify.cli", str(FIXTURES),
+                           "--format", "json", "--timeout", "60"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stderr[-2000:]
+    scripts = json.loads(done.stdout)["scripts"]
+    verdicts = [f["verdict"] for s in scripts for f in s["findings"]]
+    assert verdicts.count(CONFIRMED) >= 10
+    assert "error" not in verdicts
