@@ -20,7 +20,8 @@ from memlint.pages import summary
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
 INFORMATION_URI = "https://github.com/memlint/memlint"
-SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+SARIF_SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
+                "sarif-schema-2.1.0.json")
 
 
 def location(finding: Finding) -> str:

@@ -1,0 +1,275 @@
+"""`memlint check` / `rules` / `rule` as a user runs them: exit codes, output, paths, stdin.
+
+Most tests call `main()` in-process (fast); the ones about what a shell sees
+(no traceback, nothing on stderr, `python -m memlint`) run a real subprocess.
+Everything is checked against MEM007, which is stable, so these tests do not
+depend on the other rules.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from memlint import __version__
+from memlint.cli import main
+from memlint.rules import ALL_CODES
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+FLAGGED = "import torch\n\nstate = torch.load('ckpt.pt')\n"
+CLEAN = "import torch\n\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
+SYNTAX_ERROR = "import torch\nstate = torch.load('ckpt.pt'\n"
+
+
+def run(*args: str, cwd: Path | None = None, stdin: str | None = None):
+    return subprocess.run([sys.executable, "-m", "memlint", *args], cwd=cwd, input=stdin,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def check(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["check", "-j", "1", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    """A project folder (with its own pyproject.toml) as the working directory."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# -- exit codes and the text format ---------------------------------------------------
+
+def test_a_clean_run_exits_0_and_prints_nothing_anywhere(project):
+    write(project / "train.py", CLEAN)
+    result = run("check", "train.py", cwd=project)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_findings_exit_1_as_path_line_column_code_message(project, capsys):
+    write(project / "train.py", FLAGGED)
+    code, out, err = check(capsys, "train.py")
+    assert code == 1 and err == ""
+    assert out.startswith("train.py:3:9: MEM007 torch.load() without map_location")
+    assert out.count("\n") == 1
+
+
+def test_exit_zero_turns_findings_into_0_but_not_errors(project, capsys):
+    write(project / "train.py", FLAGGED)
+    assert check(capsys, "--exit-zero", "train.py")[0] == 0
+    assert check(capsys, "--exit-zero", "train.py", "missing.py")[0] == 2
+
+
+def test_python_dash_m_memlint_works_and_reports_the_version():
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"memlint {__version__}"
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "check" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["--select", "FOO"], "unknown rule code 'FOO'"),
+    (["--ignore", "MEM7"], "unknown rule code 'MEM7'"),
+    (["--format", "xml"], "invalid choice: 'xml'"),
+    (["-j", "many"], "expected a number of processes"),
+    (["--config", "nowhere.toml"], "no such file"),
+    (["--no-config", "--config", "pyproject.toml"], "not allowed with argument"),
+])
+def test_a_bad_option_exits_2_with_one_line_and_no_traceback(project, args, reason):
+    write(project / "train.py", FLAGGED)
+    result = run("check", *args, "train.py", cwd=project)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and reason in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_missing_path_exits_2_and_the_other_files_are_still_checked(project, capsys):
+    write(project / "train.py", FLAGGED)
+    code, out, err = check(capsys, "nothere.py", "train.py")
+    assert code == 2
+    assert err == "memlint: nothere.py: no such file or directory\n"
+    assert "train.py:3:9: MEM007" in out
+
+
+# -- selection ------------------------------------------------------------------------
+
+def test_select_ignore_and_extend_select_take_codes_and_prefixes(project, capsys):
+    write(project / "train.py", FLAGGED)
+    write(project / "broken.py", SYNTAX_ERROR)
+    assert check(capsys, "--ignore", "MEM007", "train.py")[0] == 0
+    assert check(capsys, "--ignore", "MEM00", "train.py")[0] == 0
+    assert check(capsys, "--select", "MEM000", "train.py")[0] == 0
+    assert check(capsys, "--select", "MEM000", "--extend-select", "MEM007", "train.py")[0] == 1
+    assert check(capsys, "--select", "mem007", "train.py")[0] == 1  # codes are not case-sensitive
+    assert check(capsys, "--select", "MEM00", "--ignore", "MEM0", "train.py")[0] == 1  # longest wins
+    # MEM000 is reported without being selected: a file a selected rule needs is broken
+    code, out, _ = check(capsys, "--select", "MEM007", "broken.py")
+    assert code == 1 and "broken.py:2:19: MEM000 cannot parse the file: '(' was never closed" in out
+
+
+def test_mem000_cannot_be_ignored_by_name(project):
+    result = run("check", "--ignore", "MEM000", ".", cwd=project)
+    assert result.returncode == 2
+    assert "MEM000" in result.stderr and "cannot be ignored" in result.stderr
+
+
+def test_statistics_count_each_code_after_the_findings(project, capsys):
+    write(project / "a.py", FLAGGED + "again = torch.load('x')\n")
+    write(project / "b.py", SYNTAX_ERROR)
+    code, out, _ = check(capsys, "--statistics", "a.py", "b.py")
+    lines = out.splitlines()
+    assert code == 1 and len(lines) == 5
+    assert lines[-2:] == ["    2  MEM007  load-without-map-location",
+                          "    1  MEM000  syntax-error"]
+
+
+def test_statistics_of_a_json_run_go_to_stderr_so_stdout_stays_json(project, capsys):
+    import json
+
+    write(project / "a.py", FLAGGED)
+    code, out, err = check(capsys, "--statistics", "--format", "json", "a.py")
+    assert code == 1 and len(json.loads(out)) == 1
+    assert err == "    1  MEM007  load-without-map-location\n"
+
+
+# -- paths ----------------------------------------------------------------------------
+
+def test_a_directory_is_walked_skipping_vcs_virtualenv_build_and_cache_folders(project, capsys):
+    for folder in ("src/pkg", ".git", ".venv/lib", "venv", "build", "dist", "__pycache__",
+                   "node_modules/x", "proj.egg-info", ".tox/py311", "src/.ipynb_checkpoints"):
+        write(project / folder / "train.py", FLAGGED)
+    write(project / "src" / "notes.txt", FLAGGED)
+    code, out, _ = check(capsys, ".")
+    assert code == 1
+    assert [line.split(":")[0] for line in out.splitlines()] == [
+        os.path.join(".", "src", "pkg", "train.py")]
+
+
+def test_a_project_inside_a_folder_named_like_an_exclude_is_still_checked(tmp_path, monkeypatch,
+                                                                          capsys):
+    project = tmp_path / "env" / "build" / "project"
+    write(project / "pyproject.toml", "[tool.memlint]\n")
+    write(project / "src" / "train.py", FLAGGED)
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = check(capsys, str(project))
+    assert code == 1 and "train.py:3:9: MEM007" in out
+
+
+def test_a_file_named_explicitly_is_checked_even_in_an_excluded_folder(project, capsys):
+    write(project / "build" / "train.py", FLAGGED)
+    assert check(capsys, "build/train.py")[0] == 1
+
+
+def test_force_exclude_applies_excludes_to_files_named_explicitly(project, capsys):
+    write(project / "build" / "train.py", FLAGGED)
+    write(project / "generated" / "model.py", FLAGGED)
+    write(project / "src" / "train.py", FLAGGED)
+    code, out, _ = check(capsys, "--force-exclude", "--extend-exclude", "generated",
+                         "build/train.py", "generated/model.py", "src/train.py")
+    assert code == 1 and out.startswith("src/train.py:3:9: MEM007") and out.count("\n") == 1
+
+
+def test_stdin_is_read_for_a_dash_and_named_by_stdin_filename(project):
+    result = run("check", "-", cwd=project, stdin=FLAGGED)
+    assert result.returncode == 1 and result.stdout.startswith("-:3:9: MEM007")
+    result = run("check", "--stdin-filename", "src/train.py", "-", cwd=project, stdin=FLAGGED)
+    assert result.returncode == 1 and result.stdout.startswith("src/train.py:3:9: MEM007")
+    assert run("check", "-", cwd=project, stdin=CLEAN).returncode == 0
+
+
+def test_stdin_filename_finds_the_config_and_its_per_file_ignores(project, tmp_path):
+    write(project / "pyproject.toml", '[tool.memlint.per-file-ignores]\n"scripts/*" = ["MEM007"]\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ignored = run("check", "--stdin-filename", str(project / "scripts" / "resume.py"), "-",
+                  cwd=elsewhere, stdin=FLAGGED)
+    assert ignored.returncode == 0, ignored.stdout + ignored.stderr
+    kept = run("check", "--stdin-filename", str(project / "src" / "resume.py"), "-",
+               cwd=elsewhere, stdin=FLAGGED)
+    assert kept.returncode == 1
+
+
+def test_force_exclude_skips_an_excluded_stdin_filename(project, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(FLAGGED.encode())))
+    code, out, _ = check(capsys, "--force-exclude", "--stdin-filename", "build/x.py", "-")
+    assert (code, out) == (0, "")
+
+
+def test_check_never_imports_or_runs_the_checked_code(project, capsys):
+    marker = project / "imported.marker"
+    write(project / "evil.py",
+          f"import torch\nopen({str(marker)!r}, 'w').write('ran')\nx = torch.load('c')\n")
+    write(project / "__init__.py", f"open({str(marker)!r}, 'w').write('ran')\n")
+    assert check(capsys, ".")[0] == 1
+    assert run("check", "evil.py", cwd=project).returncode == 1
+    assert not marker.exists()
+
+
+# -- rules and rule pages -----------------------------------------------------------------
+
+def test_rules_lists_every_code_with_its_name_and_a_one_line_summary(capsys):
+    assert main(["rules"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ALL_CODES
+    mem007 = next(line for line in lines if line.startswith("MEM007"))
+    assert mem007.split()[1] == "load-without-map-location"
+    assert "map_location" in mem007
+
+
+@pytest.mark.parametrize("spelling", ["MEM007", "mem007", "load-without-map-location"])
+def test_rule_prints_the_page_from_rules_folder(spelling, capsys):
+    assert main(["rule", spelling]) == 0
+    assert capsys.readouterr().out == (CHECKOUT / "rules" / "MEM007.md").read_text(encoding="utf-8")
+
+
+def test_a_rule_without_a_page_gets_one_built_from_its_docstring(capsys):
+    assert main(["rule", "MEM000"]) == 0
+    assert capsys.readouterr().out.startswith("# MEM000 syntax-error")
+
+
+def test_an_unknown_rule_exits_2(capsys):
+    assert main(["rule", "MEM999"]) == 2
+    assert "unknown rule 'MEM999'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_rule_pages_ship_in_a_built_wheel(tmp_path):
+    """A real wheel, installed into a fresh virtualenv, finds its pages without the checkout."""
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                            "--no-build-isolation", "-w", str(wheels), str(CHECKOUT)],
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("memlint-*.whl")
+    venv = tmp_path / "venv"
+    # system site-packages provide libcst; the venv's own memlint (the wheel) comes first
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=120)
+    scripts = "Scripts" if os.name == "nt" else "bin"
+    python = venv / scripts / ("python.exe" if os.name == "nt" else "python")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
+                   check=True, timeout=300, capture_output=True)
+    shown = subprocess.run(
+        [str(python), "-c", "import memlint, sys; from memlint.cli import main; "
+                            "print(memlint.__file__, file=sys.stderr); main(['rule', 'MEM007'])"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert str(venv) in shown.stderr, "the wheel's memlint must be the one imported"
+    assert shown.stdout == (CHECKOUT / "rules" / "MEM007.md").read_text(encoding="utf-8")
+    assert sysconfig.get_paths()["purelib"] not in shown.stderr
