@@ -42,7 +42,7 @@ _WEAK_DATA_WORDS = {"data", "features", "feats", "labels", "images", "imgs", "ta
                     "inputs", "samples", "examples"}
 #: Index names that pick a mini-batch or one sample out of the data.
 _BATCH_INDEX_WORDS = {"i", "j", "k", "b", "idx", "idxs", "index", "indices", "ix", "batch",
-                      "ids", "sample", "mb", "minibatch", "start", "end"}
+                      "ids", "sample", "mb", "minibatch", "start", "end", "perm"}
 #: Data-frame methods whose result is a summary, not the data.
 _REDUCTIONS = {"max", "min", "mean", "sum", "std", "var", "median", "count", "nunique",
                "describe", "head", "tail", "sample", "value_counts", "unique", "corr",
@@ -137,6 +137,8 @@ class WholeDatasetToDevice(Rule):
         '    X = t.tensor(X_train).float().to(t.device("cuda"))',
         'import torch\ntrain_x = train_x.type(torch.cuda.FloatTensor)',
         'import torch\nX = torch.from_numpy(X).float()\nX = X.to(device)',
+        'import numpy as np\nimport torch\nDATA = np.load("all.npy")\nDATA_GPU = torch.as_tensor(DATA).cuda()',
+        'import torch\nTensor = torch.cuda.FloatTensor\ninputs = Tensor(X_train)',
         'import torch\nclass Graph:\n    def __init__(self, users, device):\n'
         '        self.user_feats = torch.LongTensor(users.values).to(device)',
         'import torch\ndef main():\n    train, test = split(ratings)\n'
@@ -206,8 +208,6 @@ class WholeDatasetToDevice(Rule):
             return NONE if _is_literal(node) else UNKNOWN
         if self.ctx.loop_target(name.split(".", 1)[0]) is not None:
             return NONE  # `for x, y in loader:` -- one batch
-        if name.isupper() and len(name) > 1:
-            return NONE  # a constant such as MEAN
         bound = self.ctx.binding(name)
         site = self.ctx.binding_site(name)
         if site is not None and site.unpacked_from is not None:
@@ -216,6 +216,8 @@ class WholeDatasetToDevice(Rule):
             from_binding = self._evidence(bound, depth + 1)
             if from_binding != UNKNOWN:
                 return from_binding
+        if name.isupper() and len(name) > 1:
+            return NONE  # a constant such as MEAN, defined elsewhere
         return _name_evidence(name)
 
     def _call_evidence(self, node: cst.Call, depth: int) -> int:
