@@ -192,7 +192,8 @@ def _has_type(value: object, expected) -> bool:
 def _type_name(expected) -> str:
     if typing.get_origin(expected) is list:
         (item_type,) = typing.get_args(expected) or (object,)
-        return f"a list of {_type_name(item_type)}s"
+        plural = {bool: "booleans", int: "integers", float: "numbers", str: "strings"}
+        return f"a list of {plural.get(item_type, getattr(item_type, '__name__', 'values'))}"
     return {bool: "a boolean", int: "an integer", float: "a number",
             str: "a string"}.get(expected, getattr(expected, "__name__", str(expected)))
 
