@@ -128,3 +128,24 @@ def test_tensors_in_and_bytes_by_device_count_shared_storage_once():
     state = {"a": base, "b": [base[:10], (torch.ones(5),)], "c": "text"}
     assert len(tensors_in(state)) == 3
     assert bytes_by_device(tensors_in(state)) == {"cpu": 100 * 4 + 5 * 4}
+
+
+def test_grad_mode_meter_counts_what_the_next_forward_saves_until_the_function_returns():
+    meter = GradModeMeter(CPU)
+    layer = torch.nn.Linear(256, 256)
+
+    def evaluate(batch):
+        meter.enter()
+        torch.no_grad()
+        meter.exit()
+        return layer(batch).relu()
+
+    evaluate(torch.randn(64, 256))
+    layer(torch.randn(64, 256)).relu()  # after evaluate returned: not counted
+    [mode] = meter.result()["modes"]
+    # the input (kept for the weight's gradient) and the ReLU output
+    assert mode["saved_after_bytes"] == 2 * 64 * 256 * 4
+    assert mode["saved_after_until"] == "evaluate"
+    import sys
+
+    assert sys.getprofile() is None

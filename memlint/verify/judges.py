@@ -185,8 +185,17 @@ def judge_grad_mode(record: dict, facts: RunFacts) -> Judgement:
     numbers["unchanged"] = len(unchanged)
     if unchanged:
         state = "enabled" if unchanged[0]["grad_after"] else "disabled"
-        return Judgement(CONFIRMED, f"grad mode still {state} after the call "
-                         f"({len(unchanged)} of {len(modes)} executions unchanged)", numbers)
+        what = f"grad mode still {state} after the call ({len(unchanged)} of {len(modes)} " \
+               "executions unchanged)"
+        followed = [m for m in unchanged if "saved_after_bytes" in m]
+        if followed:
+            most = max(followed, key=lambda m: m["saved_after_bytes"])
+            numbers["saved_after_bytes_max"] = most["saved_after_bytes"]
+            until = "the script ended" if most["saved_after_until"] == "<module>" else \
+                f"{most['saved_after_until']}() returned"
+            what += f"; autograd then saved {human_bytes(most['saved_after_bytes'])} for " \
+                    f"backward before {until}"
+        return Judgement(CONFIRMED, what, numbers)
     return Judgement(NOT_CONFIRMED, "grad mode changed after the call", numbers)
 
 

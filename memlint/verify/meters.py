@@ -344,12 +344,18 @@ class LoaderCopyMeter(Meter):
 # -- MEM006 -------------------------------------------------------------------
 
 class GradModeMeter(Meter):
-    """Grad mode (and inference mode) before and after the bare call."""
+    """Grad mode (and inference mode) before and after the bare call, and,
+    where grad mode stayed on, the bytes autograd then saved for backward
+    until the enclosing function (or the script) returned."""
+
+    WATCHED_EXECUTIONS = 3
 
     def __init__(self, device: Device) -> None:
         super().__init__(device)
         self.modes: list[dict] = []
         self.before: tuple[bool, bool] = (True, False)
+        self.counter: SavedTensorsMeter | None = None
+        self.watcher = None
 
     @staticmethod
     def _mode() -> tuple[bool, bool]:
@@ -365,6 +371,35 @@ class GradModeMeter(Meter):
             self.modes.append({"grad_before": self.before[0], "grad_after": after[0],
                                "inference_before": self.before[1],
                                "inference_after": after[1]})
+        if after[0] and not after[1] and self.hits <= self.WATCHED_EXECUTIONS:
+            self._count_saved_until_return()
+
+    def _count_saved_until_return(self) -> None:
+        """Keep a saved-tensors counter on until the user's frame returns."""
+        from memlint.verify.returns import ReturnWatcher, user_frame
+
+        frame = user_frame()
+        if self.counter is not None or frame is None:
+            return
+        self.counter = SavedTensorsMeter(self.device)
+        self.counter.enter()
+        self.watcher = ReturnWatcher(frame, self._stop_counting)
+        if not self.watcher.active:
+            self.counter.exit()
+            self.counter = None
+
+    def _stop_counting(self) -> None:
+        if self.counter is None:
+            return
+        self.watcher.cancel()
+        self.counter.exit()
+        saved = self.counter.per_hit[-1]
+        self.modes[-1]["saved_after_bytes"] = saved["activation_bytes"]
+        self.modes[-1]["saved_after_until"] = self.watcher.code.co_name
+        self.counter = None
+
+    def finish(self) -> None:
+        self._stop_counting()
 
     def result(self) -> dict:
         return {**super().result(), "modes": self.modes}
