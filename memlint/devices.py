@@ -95,7 +95,8 @@ def cuda_tensor_type(node: cst.BaseExpression, ctx: Context) -> bool:
     """`torch.cuda.FloatTensor`, or a name bound to it (`Tensor = torch.cuda.FloatTensor`)."""
     node = ctx.resolve(node)
     qualified = ctx.qualify(node) or ""
-    return qualified.startswith("torch.cuda.") and qualified.rsplit(".", 1)[-1] in _CUDA_TENSOR_TYPES
+    return (qualified.startswith("torch.cuda.")
+            and qualified.rsplit(".", 1)[-1] in _CUDA_TENSOR_TYPES)
 
 
 def moves_to_cuda(call: cst.Call, ctx: Context) -> bool:

@@ -1,4 +1,4 @@
-"""A DataLoader whose batches go to a GPU but are not pinned: every copy runs from pageable memory."""
+"""A DataLoader feeding a GPU without pinned memory: every batch is copied from pageable memory."""
 
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ class DataLoaderWithoutPinMemory(Rule):
         'loader = DataLoader(ds, 64, True, None, None, 4, None, True)\nx.cuda()',
         'from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=64)\n'
         'x = x.to(torch.float16)',
-        'import torch.utils.data as tud\nloader = tud.DataLoader(ds, pin_memory=torch.cuda.is_available())\n'
+        'import torch.utils.data as tud\n'
+        'loader = tud.DataLoader(ds, pin_memory=torch.cuda.is_available())\n'
         'model.cuda()',
     ]
     INVALID = [

@@ -1,4 +1,4 @@
-"""`torch.no_grad()` called on its own line does nothing: the grad mode is only switched inside `with`."""
+"""`torch.no_grad()` on its own line does nothing: grad mode only changes inside `with`."""
 
 from __future__ import annotations
 
@@ -34,11 +34,11 @@ class GradModeNotEntered(Rule):
     MESSAGE = ("'{written}' on its own line does nothing: the grad mode only changes inside "
                "a with block, so autograd {effect}; write 'with torch.{manager}():' around "
                "the code (or decorate the function with @torch.{manager}())")
-    STAYS_ON = "stays on and the next forward passes keep their activations for backward"
+    STAYS_ON = "stays on and the forward passes that follow keep their activations for backward"
     EFFECTS = {
         "no_grad": STAYS_ON,
         "inference_mode": STAYS_ON,
-        "enable_grad": "stays as it was (off under no_grad), so nothing gets a gradient",
+        "enable_grad": "stays as it was (off under no_grad) and nothing gets a gradient",
     }
 
     VALID = [
@@ -50,20 +50,24 @@ class GradModeNotEntered(Rule):
         'import torch\nwith torch.enable_grad():\n    loss = model(x).sum()',
         'def no_grad():\n    pass\nno_grad()',
         'import torch\nguard = torch.no_grad()\nguard.__enter__()\ny = model(x)',
-        'import torch\nctx = torch.inference_mode() if fast else torch.no_grad()\nwith ctx:\n    y = model(x)',
+        'import torch\nctx = torch.inference_mode() if fast else torch.no_grad()\n'
+        'with ctx:\n    y = model(x)',
         'import torch\nwith torch.no_grad(), torch.autocast("cuda"):\n    y = model(x)',
-        'import contextlib\nimport torch\nstack = contextlib.ExitStack()\nstack.enter_context(torch.no_grad())',
+        'import contextlib\nimport torch\nstack = contextlib.ExitStack()\n'
+        'stack.enter_context(torch.no_grad())',
     ]
     INVALID = [
         'import torch\ntorch.no_grad()\ny = model(x)',
-        'import torch\ndef evaluate(model, x):\n    model.eval()\n    torch.no_grad()\n    return model(x)',
+        'import torch\ndef evaluate(model, x):\n    model.eval()\n    torch.no_grad()\n'
+        '    return model(x)',
         'import torch as T\nT.inference_mode()\ny = model(x)',
         'from torch import no_grad\nno_grad()\ny = model(x)',
         'from torch import inference_mode as im\nim()\ny = model(x)',
         'import torch\nwith torch.no_grad():\n    torch.enable_grad()\n    loss = model(x).sum()',
         'import torch.autograd\ntorch.autograd.no_grad()\ny = model(x)',
         'import torch\ntorch.no_grad\ny = model(x)',
-        'import torch\nclass Evaluator:\n    def run(self, x):\n        torch.inference_mode(True)\n        return self.model(x)',
+        'import torch\nclass Evaluator:\n    def run(self, x):\n'
+        '        torch.inference_mode(True)\n        return self.model(x)',
     ]
 
     def visit_Expr(self, node: cst.Expr) -> None:

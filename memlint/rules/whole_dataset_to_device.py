@@ -98,7 +98,8 @@ class WholeDatasetToDevice(Rule):
         'import torch\nfor x, y in loader:\n    x, y = x.to(device), y.to(device)',
         'import torch\nmodel = Net().to(device)\ncriterion = torch.nn.MSELoss().cuda()',
         'import torch\nweights = torch.tensor([0.5, 0.5]).to(device)',
-        'import torch\nMEAN = (0.485, 0.456, 0.406)\nmean = torch.tensor(MEAN).view(3, 1, 1).cuda()',
+        'import torch\nMEAN = (0.485, 0.456, 0.406)\n'
+        'mean = torch.tensor(MEAN).view(3, 1, 1).cuda()',
         'import torch\nnoise = torch.randn(64, 100, device=device)',
         'import torch\ndef act(self, state):\n'
         '    state = torch.FloatTensor(state).to(self.device)\n    return self.policy(state)',
@@ -114,11 +115,13 @@ class WholeDatasetToDevice(Rule):
         'import numpy as np\nimport torch\nX_train = np.load("x.npy")\n'
         'train_ds = torch.utils.data.TensorDataset(torch.from_numpy(X_train))',
         'import torch\nX_train = torch.tensor(X_train).to("cpu")',
-        'import torch\nfor i in range(0, n, 64):\n    xb = torch.tensor(X_train[i:i + 64]).to(device)',
+        'import torch\nfor i in range(0, n, 64):\n'
+        '    xb = torch.tensor(X_train[i:i + 64]).to(device)',
         'import torch\ndata = next(iter(loader))[0]\ndata = torch.tensor(data).cuda()',
         'import torch\nimages, labels = next(iter(train_loader))\nimages = images.to(device)',
         'import torch\ntemperature = torch.tensor(0.1, device="cuda")',
-        'import torch\ndef get_batch(split):\n    data = train_data if split == "train" else val_data\n'
+        'import torch\ndef get_batch(split):\n'
+        '    data = train_data if split == "train" else val_data\n'
         '    x = torch.stack([data[i:i + 8] for i in ix])\n    return x.to(device)',
     ]
     INVALID = [
@@ -137,7 +140,8 @@ class WholeDatasetToDevice(Rule):
         '    X = t.tensor(X_train).float().to(t.device("cuda"))',
         'import torch\ntrain_x = train_x.type(torch.cuda.FloatTensor)',
         'import torch\nX = torch.from_numpy(X).float()\nX = X.to(device)',
-        'import numpy as np\nimport torch\nDATA = np.load("all.npy")\nDATA_GPU = torch.as_tensor(DATA).cuda()',
+        'import numpy as np\nimport torch\nDATA = np.load("all.npy")\n'
+        'DATA_GPU = torch.as_tensor(DATA).cuda()',
         'import torch\nTensor = torch.cuda.FloatTensor\ninputs = Tensor(X_train)',
         'import torch\nclass Graph:\n    def __init__(self, users, device):\n'
         '        self.user_feats = torch.LongTensor(users.values).to(device)',
