@@ -49,6 +49,10 @@ def human_bytes(size: float) -> str:
     return f"{sign}{size:.2f} GiB"
 
 
+def times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
 def _too_small(what: str, facts: RunFacts) -> str:
     return f"{what}, below --min-bytes {human_bytes(facts.min_bytes)}: too small to confirm"
 
@@ -97,9 +101,9 @@ def judge_worker_cuda(record: dict, facts: RunFacts) -> Judgement:
         return Judgement(NOT_REACHED, "the line never ran in this process or a forked worker "
                          "(spawned workers run the file unprobed)", numbers)
     if facts.worker_hits == 0:
-        return Judgement(NOT_CONFIRMED, f"ran {record['hits']} times in the main process "
+        return Judgement(NOT_CONFIRMED, f"ran {times(record['hits'])} in the main process "
                          "(no worker processes): no extra CUDA context measured", numbers)
-    return Judgement(NOT_CONFIRMED, f"ran {facts.worker_hits} times in worker processes, "
+    return Judgement(NOT_CONFIRMED, f"ran {times(facts.worker_hits)} in worker processes, "
                      "but no worker was seen holding a CUDA context", numbers)
 
 
@@ -138,8 +142,8 @@ def judge_grad_in_inference(record: dict, facts: RunFacts) -> Judgement:
                     "parameter_bytes_max": max(s["parameter_bytes"] for s in saved),
                     "tensors_max": max(s["tensors"] for s in saved),
                     "grad_enabled": any(s["grad_enabled"] for s in saved)})
-    what = f"autograd saved {human_bytes(largest)} of activations for backward in one call " \
-           f"({len(saved)} calls, {human_bytes(total)} in all)"
+    what = f"autograd saved {human_bytes(largest)} of activations for backward in one call, " \
+           f"ran {times(len(saved))}, {human_bytes(total)} in all"
     if not numbers["grad_enabled"]:
         return Judgement(NOT_CONFIRMED, f"grad mode was off in all {len(saved)} calls: nothing "
                          "was saved for backward", numbers)
