@@ -52,7 +52,8 @@ def github(report: Report, version: str) -> str:
         properties = {"file": f.path, "line": f.line, "col": f.column,
                       "endLine": f.end_line, "endColumn": f.end_column,
                       "title": f"{f.code} {f.name}"}
-        lines.append(f"::warning {_github_properties(properties)}::"
+        level = "error" if f.code == SYNTAX_ERROR_CODE else "warning"
+        lines.append(f"::{level} {_github_properties(properties)}::"
                      f"{_escape_data(_with_cell(f))}")
     for error in report.errors:
         lines.append(f"::error {_github_properties({'file': error.path, 'title': 'memlint'})}"

@@ -129,3 +129,8 @@ def test_sarif_reports_internal_errors_as_tool_execution_notifications():
     (note,) = invocation["toolExecutionNotifications"]
     assert note["level"] == "error" and "ValueError: boom" in note["message"]["text"]
     assert note["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "src/weird.py"
+
+
+def test_github_shows_an_unparsable_file_as_an_error_and_a_rule_finding_as_a_warning():
+    lines = github(Report(findings=[BROKEN, FINDING]), __version__).splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["::error", "::warning"]
