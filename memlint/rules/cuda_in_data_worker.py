@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -93,6 +94,8 @@ class CudaInDataWorker(Rule):
         "from torch.utils.data import DataLoader\ndef collate(batch):\n    return stack(batch)\n"
         "def step(batch):\n    return batch.cuda()\n"
         "loader = DataLoader(ds, collate_fn=collate, num_workers=2)",
+        # a plain class's collate method that the training loop calls itself
+        "class Batcher:\n    def collate(self, xs):\n        return stack(xs).cuda()",
         # a Hugging Face datasets.Dataset is not fed to worker processes this way
         "from datasets import Dataset\nclass Rows(Dataset):\n"
         "    def __getitem__(self, i):\n        return self.x[i].cuda()",
@@ -123,6 +126,9 @@ class CudaInDataWorker(Rule):
         "def load(p):\n    return to_gpu(read(p))\n"
         "class Faces:\n    def __getitem__(self, i):\n        return load(self.paths[i])\n"
         "loader = DataLoader(Faces(), num_workers=args.workers)",
+        # a collate_fn built here for a DataLoader of another file
+        "def get_collate_fn(cfg):\n    def collate_fn(samples):\n"
+        "        return {k: v.cuda() for k, v in pad(samples).items()}\n    return collate_fn",
         "from torch.utils.data import DataLoader\nclass Collator:\n"
         "    def __call__(self, batch):\n        return batch.cuda()\n"
         "loader = DataLoader(ds, collate_fn=Collator(), num_workers=2)",
@@ -180,8 +186,10 @@ class CudaInDataWorker(Rule):
         for entry, label in entries.items():
             for unit in self.index.reachable(entry):
                 reached.setdefault(unit, (entry, label))
+        flagged_statements = set()
         for site in self.sites:
-            if site.unit in reached:
+            if site.unit in reached and site.statement not in flagged_statements:
+                flagged_statements.add(site.statement)  # `return x.cuda(), y.cuda()` once
                 entry, label = reached[site.unit]
                 self.report(site.node, _message(site, entry, label), site.statement)
 
@@ -211,6 +219,12 @@ class CudaInDataWorker(Rule):
         for function, label in labels.items():
             if starts[function]:
                 yield function, label
+        for function in self.index.functions.values():
+            if function in labels or not _COLLATE_NAME.fullmatch(function.name):
+                continue
+            if function.class_name is None or self._is_dataset(function.class_name):
+                # defined here, handed to a DataLoader in another file
+                yield function, f"a {'worker_init_fn' if 'init' in function.name else 'collate_fn'}"
 
     def _worker_functions(self, written, resolved, class_name) -> list[FunctionInfo]:
         """The functions a `collate_fn=` / `worker_init_fn=` value runs."""
@@ -258,6 +272,8 @@ class CudaInDataWorker(Rule):
         return name.rsplit(".", 1)[-1].endswith("Dataset")
 
 
+#: Functions named as what they are for, whose DataLoader is built in another file.
+_COLLATE_NAME = re.compile(r"(.*_)?collate(_fn|_batch)?|collate_.*|worker_init(_fn)?")
 _RETURN_CPU = "return CPU tensors and move the batch to the device in the training loop"
 _LEAVE_CUDA = "leave CUDA calls to the main process"
 

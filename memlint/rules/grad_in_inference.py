@@ -32,6 +32,7 @@ _VERB_PREFIXES = {"setup", "load", "build", "get", "create", "make", "init", "pr
                   "export", "wrap", "compile", "update", "copy", "run", "call", "fit", "train",
                   "to", "eval", "evaluate", "convert", "freeze", "unwrap", "set", "apply", "print",
                   "log", "check", "is", "has", "reset", "register", "fuse", "quantize", "prune"}
+_MODEL_BASE_SUFFIXES = ("Model", "Module", "Net", "Network")
 _TORCH_ROOTS = ("torch", "torchvision", "transformers", "timm", "lightning", "pytorch_lightning")
 #: Methods that return the module they are called on (`Net().to(device).eval()`).
 _CHAINED = {"to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16",
@@ -268,9 +269,24 @@ class GradInInference(Rule):
         info = self.index.info(unit.node)
         if info is None:
             return False
-        if not unit.evaluated.get(unit.forward[2]) and self._part_of_training(info):
+        if not unit.evaluated.get(unit.forward[2]) and (
+                self._part_of_training(info) or self._is_model_method(unit)):
             return True
         return self.index.grad_disabled_by_callers(info)
+
+    def _is_model_method(self, unit: _Unit) -> bool:
+        """`predict` / `full_sort_predict` of a model class: the model's own API,
+        whose caller (an evaluation loop, often in another file) picks the grad mode."""
+        if unit.class_name is None:
+            return False
+        for info in self.index.lineage(unit.class_name):
+            if "forward" in info.methods or self._is_module_class(info.name):
+                return True
+            for base in info.bases:
+                name = dotted_name(base) or ""
+                if name.endswith(_MODEL_BASE_SUFFIXES) and name not in self.index.classes:
+                    return True  # a project's model base class from another file (`QueBaseModel`)
+        return False
 
     def _part_of_training(self, info) -> bool:
         """A function picked by its name only (`predict_masks`) that a module's
