@@ -103,6 +103,25 @@ class GradInInference(Rule):
         "    loss = model(x).sum()\n    step(loss)",
         # not a module: a metric function named like one
         "import torch\ndef evaluate(preds, labels):\n    return metric(preds, labels)",
+        # shapes found in real code (d2l, ultralytics, recbole, SAM):
+        # MXNet records no graph outside autograd.record()
+        "from mxnet import autograd, gluon\ndef evaluate_loss(net, data):\n"
+        "    return [net(x) for x in data]",
+        # a method about a model, not a model
+        "import torch\ndef predict(self, source):\n    self.predictor.setup_model(model=self.model)",
+        # a project's own wrapper around inference_mode
+        "import torch\nfrom .utils import smart_inference_mode\n@smart_inference_mode()\n"
+        "def run(model, x):\n    model.eval()\n    return model(x)",
+        # a model's own predict API: its caller (another file) picks the grad mode
+        "import torch\nclass FM(ContextRecommender):\n    def forward(self, x):\n"
+        "        return self.encoder(x)\n    def predict(self, x):\n        return self.encoder(x).sigmoid()",
+        # an inference-named building block that forward calls
+        "import torch\nclass Decoder(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return self.predict_masks(x)\n    def predict_masks(self, x):\n"
+        "        return self.output_upscaling(x)",
+        # a wrapper that guards its own predict path
+        "import torch\nfrom ultralytics import YOLO\ndef image_inference(path):\n"
+        "    model = YOLO('yolo11n.pt')\n    return model(path)",
     ]
     INVALID = [
         "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
