@@ -1,6 +1,7 @@
 #!/bin/bash
 # One batch of GPU work for `memlint verify`, run on the device machine from
-# the repository root: bench/verify_gpu_session.sh smoke|full. Everything it
+# the repository root: bench/verify_gpu_session.sh smoke|full|final (final:
+# the smoke steps and the GPU tests). Everything it
 # measures goes to $OUT (at most 8 files come back): session.log (environment
 # and every step's stderr), programs.json, fixtures.json, and in full mode
 # overhead.json, gpu_tests.txt, training_verify.txt, training.png and
@@ -26,6 +27,12 @@ python3 bench/verify_probe_programs.py > "$OUT/programs.json" 2>> "$LOG"
 step "memlint verify fixtures/"
 python3 -m memlint.verify.cli fixtures/ --format json --timeout 60 > "$OUT/fixtures.json" 2>> "$LOG"
 echo "exit status $?" | tee -a "$LOG"
+if [ "$MODE" != smoke ]; then
+  step "GPU tests (the fixtures one is the CLI run above)"
+  python3 -m pytest -q -p no:cacheprovider -m gpu -k "not fixtures" tests/test_verify_gpu.py \
+      > "$OUT/gpu_tests.txt" 2>&1
+  tail -n 5 "$OUT/gpu_tests.txt"
+fi
 if [ "$MODE" = full ]; then
   step "probe overhead"
   for script in "tests/data/verify/gpu_training.py 200" \
@@ -38,9 +45,6 @@ if [ "$MODE" = full ]; then
       --plot "$OUT/training.png" -- 60 > "$OUT/training_verify.txt" 2>&1
   echo "exit status $?" >> "$OUT/training_verify.txt"
   cat "$OUT/training_verify.txt"
-  step "GPU tests (the fixtures one is the CLI run above)"
-  python3 -m pytest -q -p no:cacheprovider -m gpu -k "not fixtures" tests/ > "$OUT/gpu_tests.txt" 2>&1
-  tail -n 5 "$OUT/gpu_tests.txt"
   ls -la "$OUT"
 fi
 step end

@@ -85,3 +85,13 @@ def test_timeout_kills_the_whole_process_group_and_keeps_the_measurements(tmp_pa
     assert run.verified[0].judgement.numbers["hits"] > 0
     worker = int(pid_file.read_text())
     assert wait_until_gone([worker]), f"worker {worker} outlived the timeout"
+
+
+def test_errors_raised_at_the_line_in_forked_workers_are_seen_per_line():
+    run = verify_on_cpu("worker_raises.py")
+    assert run.outcome == {"exit": "completed"}  # the script caught the loader's error
+    assert "caught:" in run.log_tail
+    [verified] = run.verified
+    assert verified.judgement.verdict == CONFIRMED
+    assert verified.judgement.numbers["worker_errors"] >= 1
+    assert "in DataLoader workers" in verified.judgement.measured

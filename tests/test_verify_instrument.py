@@ -30,6 +30,9 @@ class RecordingProbe:
     def enter(self, key):
         self.calls.append(("enter", key))
 
+    def failed(self, key):
+        self.calls.append(("failed", key))
+
     def exit(self, key):
         self.calls.append(("exit", key))
 
@@ -85,7 +88,7 @@ def test_exit_runs_when_the_statement_raises_and_the_line_is_the_original(probe)
     instrumented = instrument(source, "script.py", [(0, 3, "MEM001")])
     with pytest.raises(ZeroDivisionError) as error:
         exec(instrumented.code, {})
-    assert probe.calls == [("enter", 0), ("exit", 0)]
+    assert probe.calls == [("enter", 0), ("failed", 0), ("exit", 0)]
     frames = traceback.extract_tb(error.value.__traceback__)
     assert (frames[-1].filename, frames[-1].lineno) == ("script.py", 3)
 
@@ -106,3 +109,9 @@ def test_choose_statement_says_when_no_statement_starts_on_the_line():
 ])
 def test_runnable_scripts(source, runnable):
     assert is_runnable(source) is runnable
+
+
+def test_a_caught_error_inside_the_statement_is_not_reported_as_failed(probe):
+    source = "try:\n    int('x')\nexcept ValueError:\n    pass\nvalue = 1\n"
+    run(source, [(0, 2, "MEM001"), (1, 5, "MEM001")])
+    assert probe.calls == [("enter", 0), ("failed", 0), ("exit", 0), ("enter", 1), ("exit", 1)]

@@ -134,3 +134,12 @@ def test_an_out_of_memory_error_at_the_line_confirms_it():
                                         (64 * MiB, "64.00 MiB"), (3.81 * 2**30, "3.81 GiB")])
 def test_human_bytes(size, text):
     assert human_bytes(size) == text
+
+
+def test_fork_errors_raised_at_the_line_in_workers_confirm_mem002():
+    error = "RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with " \
+            "multiprocessing, you must use the 'spawn' start method"
+    result = judge("MEM002", {"hits": 0}, facts(worker_hits=4, worker_errors=[error] * 4))
+    assert result.verdict == CONFIRMED and "4 times in DataLoader workers" in result.measured
+    other = judge("MEM002", {"hits": 0}, facts(worker_hits=4, worker_errors=["ValueError: x"]))
+    assert other.verdict == NOT_CONFIRMED

@@ -75,6 +75,12 @@ class Probe:
         for meter in self.meters_by_key[key]:
             self._safely(meter.enter)
 
+    def failed(self, key: int) -> None:
+        """The statement raised (the error is still propagating)."""
+        error = sys.exc_info()[1]
+        for meter in self.meters_by_key[key]:
+            self._safely(lambda meter=meter: meter.failed(error))
+
     def exit(self, key: int) -> None:
         for meter in reversed(self.meters_by_key[key]):
             self._safely(meter.exit)

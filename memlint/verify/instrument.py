@@ -5,6 +5,9 @@ Each flagged statement `S` becomes
     __memlint_probe__.enter(K)
     try:
         S
+    except BaseException:
+        __memlint_probe__.failed(K)
+        raise
     finally:
         __memlint_probe__.exit(K)
 
@@ -105,7 +108,13 @@ def _probe_call(method: str, key: int, where: ast.stmt) -> ast.stmt:
 
 
 def _wrapped(stmt: ast.stmt, key: int) -> list[ast.stmt]:
-    guarded = ast.Try(body=[stmt], handlers=[], orelse=[],
+    # `except BaseException: probe.failed(K); raise` binds no name in the
+    # user's scope; the probe reads the error from sys.exc_info()
+    reraise = ast.copy_location(ast.Raise(exc=None, cause=None), stmt)
+    handler = ast.copy_location(ast.ExceptHandler(
+        type=ast.copy_location(ast.Name("BaseException", ast.Load()), stmt), name=None,
+        body=[_probe_call("failed", key, stmt), reraise]), stmt)
+    guarded = ast.Try(body=[stmt], handlers=[handler], orelse=[],
                       finalbody=[_probe_call("exit", key, stmt)])
     ast.copy_location(guarded, stmt)
     return [_probe_call("enter", key, stmt), guarded]

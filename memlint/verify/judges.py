@@ -37,6 +37,7 @@ class RunFacts:
     outcome: dict = field(default_factory=dict)
     contexts: dict | None = None  #: ContextWatcher.stop()
     worker_hits: int = 0  #: executions of this finding's line in worker processes
+    worker_errors: list = field(default_factory=list)  #: what it raised there
 
 
 def human_bytes(size: float) -> str:
@@ -77,12 +78,16 @@ def judge_whole_dataset(record: dict, facts: RunFacts) -> Judgement:
                      numbers)
 
 
+_FORK_ERROR = "Cannot re-initialize CUDA in forked subprocess"
+
+
 def judge_worker_cuda(record: dict, facts: RunFacts) -> Judgement:
     contexts = facts.contexts or {}
     workers = {pid: used for pid, used in contexts.get("worker_context_bytes", {}).items()
                if used > 0}
     error = facts.outcome.get("error", {}).get("message", "")
-    numbers = {"worker_contexts": len(workers), "worker_context_bytes": workers,
+    fork_errors = [e for e in facts.worker_errors if _FORK_ERROR in e]
+    numbers = {"worker_errors": len(facts.worker_errors), "worker_contexts": len(workers), "worker_context_bytes": workers,
                "main_context_bytes": contexts.get("main_context_bytes", 0),
                "hits_in_main": record["hits"], "hits_in_workers": facts.worker_hits,
                "source": contexts.get("source")}
@@ -93,10 +98,14 @@ def judge_worker_cuda(record: dict, facts: RunFacts) -> Judgement:
         return Judgement(CONFIRMED, f"{len(workers)} worker process"
                          f"{'es' if len(workers) > 1 else ''} each created a CUDA context, "
                          f"{each} each", numbers)
-    if "Cannot re-initialize CUDA in forked subprocess" in error:
-        return Judgement(CONFIRMED, "a DataLoader worker failed with 'Cannot re-initialize CUDA "
-                         "in forked subprocess' (under spawn/forkserver, the default from "
+    if fork_errors:
+        return Judgement(CONFIRMED, f"raised '{_FORK_ERROR}' {times(len(fork_errors))} in "
+                         "DataLoader workers (under spawn/forkserver, the default from "
                          "Python 3.14, each worker holds its own CUDA context instead)", numbers)
+    if _FORK_ERROR in error:
+        return Judgement(CONFIRMED, f"a DataLoader worker failed with '{_FORK_ERROR}' (under "
+                         "spawn/forkserver, the default from Python 3.14, each worker holds "
+                         "its own CUDA context instead)", numbers)
     if record["hits"] == 0 and facts.worker_hits == 0:
         return Judgement(NOT_REACHED, "the line never ran in this process or a forked worker "
                          "(spawned workers run the file unprobed)", numbers)

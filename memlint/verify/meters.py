@@ -43,7 +43,8 @@ class Meter:
     def __init__(self, device: Device) -> None:
         self.device = device
         self.hits = 0
-        self.main_pid = None
+        self.errors = 0
+        self.first_error: str | None = None
 
     def enter(self) -> None:
         pass
@@ -51,11 +52,20 @@ class Meter:
     def exit(self) -> None:
         self.hits += 1
 
+    def failed(self, error: BaseException) -> None:
+        """The statement raised `error`; `exit` still follows."""
+        self.errors += 1
+        if self.first_error is None:
+            self.first_error = f"{type(error).__name__}: {error}"[:500]
+
     def finish(self) -> None:
         pass
 
     def result(self) -> dict:
-        return {"hits": self.hits}
+        record = {"hits": self.hits}
+        if self.errors:
+            record.update(errors=self.errors, first_error=self.first_error)
+        return record
 
 
 def tensors_in(value: Any, depth: int = 0) -> list[torch.Tensor]:
@@ -447,14 +457,29 @@ class WorkerHitsMeter(Meter):
         self.hits_path = hits_path
         self.key = key
 
-    def exit(self) -> None:
+    def _in_worker(self) -> bool:
         import os
 
-        if os.getpid() == self.main_pid or not self.hits_path:
+        return os.getpid() != self.main_pid and bool(self.hits_path)
+
+    def _report(self, text: str = "") -> None:
+        import os
+
+        line = " ".join(f"{os.getpid()} {self.key} {text}".split())  # one line, ASCII
+        with open(self.hits_path, "a", encoding="ascii", errors="replace") as handle:
+            handle.write(line[:600] + "\n")
+
+    def failed(self, error: BaseException) -> None:
+        if self._in_worker():
+            self._report(f"{type(error).__name__}: {error}")
+        else:
+            super().failed(error)
+
+    def exit(self) -> None:
+        if self._in_worker():
+            self._report()
+        else:
             super().exit()
-            return
-        with open(self.hits_path, "a", encoding="ascii") as handle:
-            handle.write(f"{os.getpid()} {self.key}\n")
 
 
 METERS: dict[str, type[Meter]] = {

@@ -29,7 +29,8 @@ def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str) -> N
         if not exits:
             continue
         axes.scatter([t for t, _ in exits], [a / gib for _, a in exits], s=14, zorder=3,
-                     color=colours(index % 10), label=f"{label} ({len(exits)} runs)")
+                     color=colours(index % 10),
+                     label=f"{label} ({len(exits)} execution{'s' if len(exits) != 1 else ''})")
     axes.set_xlabel("seconds since the script started")
     axes.set_ylabel("GiB allocated")
     axes.set_title(title)

@@ -122,25 +122,35 @@ def verify_script(path: str, findings: list[Finding], options: Options) -> Scrip
                          log_tail=log_tail)
     if contexts is not None:
         raw["contexts"] = contexts
+    raw["worker_hits"] = {str(k): v for k, v in worker_hits.items()}
     return ScriptRun(path, judge_run(raw, findings, options.min_bytes, options.device,
                                      worker_hits),
                      raw["outcome"], raw.get("run_seconds"), timed_out, raw, log_tail)
 
 
-def _read_worker_hits(hits_path: str) -> dict[int, int]:
-    hits: dict[int, int] = {}
+def _read_worker_hits(hits_path: str) -> dict[int, dict]:
+    """Per finding id: executions in worker processes and the errors raised there
+    (each row of the file is `PID FINDING-ID [ERROR TEXT]`)."""
+    hits: dict[int, dict] = {}
     if os.path.exists(hits_path):
-        with open(hits_path, encoding="ascii") as handle:
+        with open(hits_path, encoding="ascii", errors="replace") as handle:
             for row in handle:
-                parts = row.split()
-                if len(parts) == 2:
-                    hits[int(parts[1])] = hits.get(int(parts[1]), 0) + 1
+                parts = row.rstrip("\n").split(" ", 2)
+                if len(parts) < 2 or not parts[1].isdigit():
+                    continue
+                entry = hits.setdefault(int(parts[1]), {"hits": 0, "errors": []})
+                if len(parts) == 3 and parts[2]:
+                    entry["errors"].append(parts[2])
+                else:
+                    entry["hits"] += 1
     return hits
 
 
 def judge_run(raw: dict, findings: list[Finding], min_bytes: int, device: str,
-              worker_hits: dict[int, int] | None = None) -> list[Verified]:
+              worker_hits: dict[int, dict] | None = None) -> list[Verified]:
     """Verdicts from a child's result; also used on recorded GPU results."""
+    if worker_hits is None:
+        worker_hits = {int(k): v for k, v in raw.get("worker_hits", {}).items()}
     outcome = raw["outcome"]
     error = outcome.get("error") or {}
     spans = {fid: (s["line"], s["end_line"]) for s in raw["statements"] for fid in s["findings"]}
@@ -149,8 +159,9 @@ def judge_run(raw: dict, findings: list[Finding], min_bytes: int, device: str,
         if str(finding_id) in raw["unprobed"]:
             verified.append(Verified(finding, Judgement(ERROR, raw["unprobed"][str(finding_id)])))
             continue
+        in_workers = (worker_hits or {}).get(finding_id, {"hits": 0, "errors": []})
         facts = RunFacts(min_bytes, device, outcome, raw.get("contexts"),
-                         (worker_hits or {}).get(finding_id, 0))
+                         in_workers["hits"], in_workers["errors"])
         record = raw["measurements"].get(str(finding_id))
         span = spans.get(finding_id, (finding.line, finding.line))
         if error.get("out_of_memory") and error.get("line") and \
