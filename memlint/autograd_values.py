@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from memlint.context import Context
+from memlint.context import BindingSite, Context
 from memlint.names import dotted_name
+from memlint.walker import _children as children_of
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class AutogradValues:
         self.ctx = ctx
         self._returns: dict[str, list[Value]] = {}
         self._return_elements: dict[str, list[list[Value]]] = {}
+        #: While tracing `x = f(x)`, the binding site the inner `x` refers to.
+        self._earlier: dict[str, BindingSite | None] = {}
 
     # -- learning about functions -----------------------------------------
     def note_return(self, function: str, value: cst.BaseExpression | None) -> None:
@@ -181,15 +184,27 @@ class AutogradValues:
     def _trace_name(self, name: str, seen: set[int], depth: int) -> Value:
         if name in ("True", "False", "None"):
             return CLEAN
-        binding = self.ctx.binding(name)
-        if binding is None:
+        if name in self._earlier:
+            site = self._earlier[name]  # inside `loss = loss / n`: the `loss` before it
+        elif self.ctx.binding(name) is None:
             return UNKNOWN
-        site = self.ctx.binding_site(name)
-        if site is not None and not site.grad_enabled:
+        else:
+            site = self.ctx.binding_site(name)
+        if site is None:
+            return UNKNOWN
+        if not site.grad_enabled:
             return CLEAN
-        if site is not None and site.unpacked_from is not None:
+        if site.unpacked_from is not None:
             return self._trace_unpacked(site.unpacked_from, site.unpacked_index or 0, seen, depth)
-        return self._trace(binding, seen, depth)
+        had_earlier, earlier = name in self._earlier, self._earlier.get(name)
+        self._earlier[name] = site.previous
+        try:
+            return self._trace(site.value, seen, depth)
+        finally:
+            if had_earlier:
+                self._earlier[name] = earlier
+            else:
+                del self._earlier[name]
 
     def _trace_attribute(self, node: cst.Attribute, seen: set[int], depth: int) -> Value:
         attr = node.attr.value
@@ -197,7 +212,7 @@ class AutogradValues:
                     "requires_grad", "indices"):
             return CLEAN
         name = dotted_name(node)
-        if name is not None and self.ctx.binding(name) is not None:
+        if name is not None and (name in self._earlier or self.ctx.binding(name) is not None):
             return self._trace_name(name, seen, depth)
         if self.ctx.qualify(node) is not None:
             return UNKNOWN  # a module-level name of an imported package
@@ -369,7 +384,10 @@ def names_in(node: cst.CSTNode) -> set[str]:
             name = dotted_name(current)
             if name is not None:
                 found.add(name)
-        pending.extend(current.children)
+        if isinstance(current, cst.Attribute):
+            pending.append(current.value)  # `.loss` of `out.loss` is not the name `loss`
+        else:
+            pending.extend(children_of(current))
     return found
 
 

@@ -27,12 +27,15 @@ class BindingSite:
     """Where a name got its current value: the loops of the function around the
     assignment (to tell an accumulator rebuilt every iteration from one that
     outlives them), the grad mode then, and for `a, b = f(x)` the unpacked value
-    and position (the binding itself is unknown)."""
+    and position (the binding itself is unknown). `previous` is the site this
+    one replaced, so `loss = loss / steps` can be followed to the first `loss`."""
 
+    value: cst.BaseExpression
     loops: tuple[cst.CSTNode, ...]
     grad_enabled: bool
     unpacked_from: cst.BaseExpression | None = None
     unpacked_index: int | None = None
+    previous: BindingSite | None = None
 
 
 @dataclass
@@ -174,6 +177,8 @@ class Context:
             if isinstance(node, cst.FunctionDef):
                 for decorator in node.decorators:
                     mode = self.grad_mode_of(decorator.decorator)
+                    if mode is None and _named_like_grad_off(decorator.decorator):
+                        mode = False
                     if mode is not None:
                         scope.grad.append(mode)
             self.scopes.append(scope)
@@ -244,8 +249,9 @@ class Context:
         if name.startswith("self.") or name.startswith("cls."):
             scope = next((s for s in reversed(self.scopes) if isinstance(s.node, cst.ClassDef)), scope)
         scope.bindings[name] = value
-        scope.sites[name] = BindingSite(tuple(self.scope.loops), not self.grad_disabled,
-                                        *(unpacked or (None, None)))
+        unpacked_from, unpacked_index = unpacked or (None, None)
+        scope.sites[name] = BindingSite(value, tuple(self.scope.loops), not self.grad_disabled,
+                                        unpacked_from, unpacked_index, scope.sites.get(name))
 
 
 _UNKNOWN = cst.Name("__memlint_unknown__")
@@ -256,6 +262,13 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
         return [n for element in target.elements for n in _target_names(element.value)]
     name = dotted_name(target)
     return [name] if name else []
+
+
+def _named_like_grad_off(decorator: cst.BaseExpression) -> bool:
+    """A project's own wrapper such as yolov5's `@smart_inference_mode()`."""
+    target = decorator.func if isinstance(decorator, cst.Call) else decorator
+    name = dotted_name(target) or ""
+    return name.rsplit(".", 1)[-1].endswith(("inference_mode", "no_grad"))
 
 
 def _literal_bool(node: cst.BaseExpression) -> bool | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -30,6 +31,7 @@ class _Store:
     statement: cst.CSTNode | None
     message: str
     derived: set[str]
+    in_data_loop: bool
     consumed: bool = False
 
 
@@ -91,6 +93,19 @@ class TensorHistoryKept(Rule):
         # the accumulated loss is back-propagated once: gradient accumulation on purpose
         "import torch\nloss_total = 0\nfor x, y in loader:\n"
         "    loss_total = loss_total + criterion(model(x), y)\nloss_total.backward()",
+        # not PyTorch at all (d2l's mxnet flavour)
+        "from mxnet import nd\nscores = []\nfor t in data_iter:\n    scores.append(net(t))",
+        # a project's own no_grad wrapper (yolov5's val.py)
+        "import torch\nfrom utils import smart_inference_mode\n@smart_inference_mode()\n"
+        "def run(model, loader):\n    loss = torch.zeros(3)\n    for im, targets in loader:\n"
+        "        loss += compute_loss(model(im), targets)[1]\n    return loss",
+        # the terms of one loss summed over heads, for a backward elsewhere
+        "import torch\ndef total_loss(self, embeddings, labels):\n"
+        "    for i, size in enumerate(self.embedding_sizes):\n"
+        "        self.losses[i] += self.metric_loss(embeddings[:, :size], labels)",
+        # timings read off a wrapper's results in a benchmark loop
+        "import torch\nrun_times = []\nfor _ in range(num_runs):\n"
+        "    results = model(image)\n    run_times.append(results[0].speed['inference'])",
     ]
     INVALID = [
         "import torch\nlosses = []\nfor x, y in loader:\n    loss = criterion(model(x), y)\n"
@@ -113,6 +128,11 @@ class TensorHistoryKept(Rule):
         "    x = torch.cat([x, model(batch)], dim=0)",
         "import torch\nmetrics = {}\nfor x, y in loader:\n    outputs = model(x)\n"
         "    metrics['loss'] += outputs.loss",
+        # torchtune's recipes: the running loss keeps each step's graph until it is reset
+        "import torch\nrunning_loss = 0\nfor idx, batch in enumerate(dataloader):\n"
+        "    loss = self._loss_fn(self._model(batch), batch['labels'])\n"
+        "    loss = loss / self._gradient_accumulation_steps\n    running_loss += loss\n"
+        "    loss.backward()",
     ]
 
     def __init__(self, ctx, options=None) -> None:
@@ -139,8 +159,11 @@ class TensorHistoryKept(Rule):
         if frame.model_code and not frame.calls_backward:
             return  # a forward pass builds its graph on purpose
         for store in frame.stores:
-            if not store.consumed:
-                self.reports.append((store.node, store.statement, store.message))
+            if store.consumed:
+                continue
+            if not frame.calls_backward and not store.in_data_loop:
+                continue  # loss terms summed over heads or scales, for a backward elsewhere
+            self.reports.append((store.node, store.statement, store.message))
 
     def _is_model_code(self, node: cst.FunctionDef) -> bool:
         name = node.name.value
@@ -213,10 +236,11 @@ class TensorHistoryKept(Rule):
     def _check_store(self, node: cst.CSTNode, container: cst.BaseExpression,
                      stored: cst.BaseExpression, verb: str,
                      chain_of: cst.BaseExpression | None = None) -> None:
-        if not self.ctx.in_loop or self.ctx.grad_disabled:
+        if not self.ctx.in_loop or self.ctx.grad_disabled or not self.ctx.names.imports("torch"):
             return
         owner = _container_name(container)
-        if owner is None or not self._outlives_iteration(owner):
+        outlived = self._outlived_loops(owner) if owner is not None else []
+        if not outlived:
             return
         if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
             return  # `x = x + block(x)`: a computation chain, not an accumulation
@@ -226,17 +250,17 @@ class TensorHistoryKept(Rule):
         container_text = _code(container)
         self.frames[-1].stores.append(_Store(node, self.statement(),
                                              _message(stored, value, container_text, verb),
-                                             derived={owner}))
+                                             derived={owner},
+                                             in_data_loop=any(map(_is_data_loop, outlived))))
 
-    def _outlives_iteration(self, owner: str) -> bool:
-        """False when the container is (re)bound in the body of the innermost loop."""
+    def _outlived_loops(self, owner: str) -> list[cst.CSTNode]:
+        """The enclosing loops whose iterations the container survives: none
+        when it is (re)bound in the body of the innermost loop."""
         if self.ctx.loop_target(owner) is not None and self.ctx.binding(owner) is None:
-            return False
+            return []
         site = self.ctx.binding_site(owner)
-        if site is None:
-            return True
-        innermost = self.ctx.loops[-1]
-        return not any(loop is innermost for loop in site.loops)
+        bound_in = site.loops if site is not None else ()
+        return [loop for loop in self.ctx.loops if not any(loop is b for b in bound_in)]
 
     # -- a later backward consumes the kept graph --------------------------------
     def _note_backward(self, node: cst.Call) -> None:
@@ -263,17 +287,33 @@ class TensorHistoryKept(Rule):
         self._derive(_container_name(node.target), [node.value])
 
     def visit_For(self, node: cst.For) -> None:
+        if not self.frames[-1].stores:
+            return
         for name in names_in(node.target):
             self._derive(name, [node.iter])
 
     def _derive(self, target: str | None, sources) -> None:
         """`loss = -torch.stack(log_probs).sum()`: `loss` now stands for the kept list."""
-        if target is None or not self.frames:
+        if target is None or not self.frames or not self.frames[-1].stores:
             return
         reads = set().union(*(names_in(s.value if isinstance(s, cst.Arg) else s) for s in sources))
         for store in self.frames[-1].stores:
             if store.derived & reads:
                 store.derived.add(target)
+
+
+_DATA_LOOP = re.compile(r"load|batch|data|epoch|step|iter|sample|episode|train|valid|val_|"
+                        r"test|eval|input|image|img|example|\b(x|y|xb|yb|dl|ds)\b|"
+                        r"range\(\d{2,}\)", re.IGNORECASE)
+
+
+def _is_data_loop(loop: cst.CSTNode) -> bool:
+    """A loop over batches, epochs or steps (`for x, y in loader`, `while True`),
+    not over the heads, scales or blocks of one model."""
+    if isinstance(loop, cst.While):
+        return True
+    header = _code(loop.target, limit=200) + " in " + _code(loop.iter, limit=200)
+    return _DATA_LOOP.search(header) is not None
 
 
 def _container_name(node: cst.BaseExpression) -> str | None:
