@@ -53,18 +53,10 @@ def check_source(source: str | bytes, path: str = "<stdin>",
     rule_types = [r for r in ALL_RULES
                   if r.code in selected and any(k in source for k in r.keywords)]
     if not rule_types:
-        return []
-    too_deep = _nested_too_deeply(source)
-    if too_deep is not None:
-        return [syntax_error(path, *too_deep)]
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as error:
-        return [syntax_error(path, *_parse_failure(source, error))]
-    except (RecursionError, MemoryError):
-        return [syntax_error(path, 1, 1, "cannot parse the file: nested too deeply for libcst")]
-    except Exception as error:  # libcst raises a few non-ParserSyntaxError errors on odd input
-        return [syntax_error(path, 1, 1, f"cannot parse the file: {error}")]
+        return _syntax_check_only(source, path)
+    module = _parse(source, path)
+    if isinstance(module, Finding):
+        return [module]
     ctx = Context(ImportTable(), path)
     rules = [r(ctx, settings.rule_options.get(r.code)) for r in rule_types]
     walkers = [*ctx.analyses.values(), *rules]  # shared analyses first
@@ -85,6 +77,36 @@ def check_source(source: str | bytes, path: str = "<stdin>",
     except RecursionError:  # libcst's position pass recurses in Python
         return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
                                          "memlint to place its findings")]
+
+
+def _syntax_check_only(source: str, path: str) -> list[Finding]:
+    """A file no selected rule can fire on still owes its MEM000.
+
+    CPython's parser costs a fraction of libcst's, so it screens the file; only
+    when it refuses is libcst asked too, so that syntax newer than the running
+    Python (libcst knows it) is not mistaken for an error."""
+    try:
+        ast.parse(source)
+        return []
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    module = _parse(source, path)
+    return [module] if isinstance(module, Finding) else []
+
+
+def _parse(source: str, path: str) -> cst.Module | Finding:
+    """The libcst tree, or the MEM000 finding that says why there is none."""
+    too_deep = _nested_too_deeply(source)
+    if too_deep is not None:
+        return syntax_error(path, *too_deep)
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as error:
+        return syntax_error(path, *_parse_failure(source, error))
+    except (RecursionError, MemoryError):
+        return syntax_error(path, 1, 1, "cannot parse the file: nested too deeply for libcst")
+    except Exception as error:  # libcst raises a few non-ParserSyntaxError errors on odd input
+        return syntax_error(path, 1, 1, f"cannot parse the file: {error}")
 
 
 def _place(module: cst.Module, source: str, path: str, reports,

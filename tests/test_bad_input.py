@@ -207,3 +207,14 @@ def test_a_rule_crash_in_a_worker_process_is_reported_the_same_way(tmp_path, mon
     assert main(["check", "-j", "2", str(tmp_path)]) == 2
     out, err = capsys.readouterr()
     assert out.count("MEM007") == 7 and "boom.py" in err
+
+
+def test_a_broken_file_no_rule_could_fire_on_is_still_mem000():
+    """The keyword pre-filter skips the parse, but never the MEM000."""
+    findings = check_source("def f(:\n    return 1\n", "plain.py")
+    assert [(f.code, f.line) for f in findings] == [("MEM000", 1)]
+
+
+def test_syntax_newer_than_this_python_is_not_mem000_in_a_skipped_file():
+    """CPython screens skipped files; libcst, which knows newer syntax, has the last word."""
+    assert check_source("type Pair = tuple[int, int]\n", "modern.py") == []
