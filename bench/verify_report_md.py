@@ -36,7 +36,8 @@ def main() -> None:
     fixtures = json.load(open(sys.argv[1], encoding="utf-8"))
     runs = overheads(open(sys.argv[2], encoding="utf-8").read())
     log = open(sys.argv[3], encoding="utf-8").read()
-    verdicts = Counter((f["code"], f["verdict"]) for s in fixtures["scripts"] for f in s["findings"])
+    verdicts = Counter((f["code"], f["verdict"])
+                       for s in fixtures["scripts"] for f in s["findings"])
     codes = sorted({code for code, _ in verdicts})
     out = ["# `memlint verify fixtures/` on a GPU", "",
            f"Machine: {environment(log)}.", "",
@@ -47,9 +48,9 @@ def main() -> None:
            "## Verdicts by rule", "",
            "| code | confirmed | not-confirmed | not-reached | error |", "|---|---|---|---|---|"]
     for code in codes:
-        out.append(f"| {code} | " + " | ".join(str(verdicts[(code, v)]) for v in
-                                            ("confirmed", "not-confirmed", "not-reached", "error"))
-                   + " |")
+        counts = [str(verdicts[(code, verdict)])
+                  for verdict in ("confirmed", "not-confirmed", "not-reached", "error")]
+        out.append(f"| {code} | " + " | ".join(counts) + " |")
     out += ["", "## Per fixture", ""]
     for script in fixtures["scripts"]:
         outcome = script["outcome"].get("exit")
@@ -79,7 +80,8 @@ def main() -> None:
         lines = ", ".join(map(str, run["probed_lines"]))
         out.append(f"| `{command}` | {lines} | {run['median_without_s']:.2f} s | "
                    f"{run['median_with_s']:.2f} s | {run['overhead']:+.1%} |")
-    spread = max(max(r[k]) - min(r[k]) for r in runs for k in ("without_probes_s", "with_probes_s"))
+    spread = max(max(r[k]) - min(r[k])
+                 for r in runs for k in ("without_probes_s", "with_probes_s"))
     out += ["", "The differences are within run-to-run noise: repeated runs of one script, "
             f"probes or not, spread by up to {spread:.2f} s.", "",
             "## Pictures", "",

@@ -53,3 +53,18 @@ def test_no_cuda_device_exits_2_with_one_line(tmp_path):
     assert done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1
     assert "no usable CUDA device" in done.stderr
+
+
+def test_select_and_ignore_apply_over_the_projects_config(tmp_path):
+    from memlint.verify.cli import _settings
+
+    (tmp_path / "pyproject.toml").write_text('[tool.memlint]\nignore = ["MEM005"]\n')
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    options = build_parser().parse_args([str(script)])
+    assert "MEM005" not in _settings(options).selected_codes(str(script))
+    options = build_parser().parse_args([str(script), "--select", "MEM005,MEM007",
+                                         "--ignore", "MEM007"])
+    assert _settings(options).selected_codes(str(script)) >= {"MEM005"}
+    assert "MEM007" not in _settings(options).selected_codes(str(script))
+    assert "MEM003" not in _settings(options).selected_codes(str(script))

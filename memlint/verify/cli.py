@@ -12,6 +12,8 @@ import os
 import re
 import sys
 
+from memlint.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
+                            load_settings, parse_codes)
 from memlint.settings import Settings
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
@@ -28,10 +30,6 @@ def parse_size(text: str) -> int:
     return int(number * _UNITS[unit])
 
 
-def _codes(text: str) -> tuple[str, ...]:
-    return tuple(c.strip().upper() for c in text.split(",") if c.strip())
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memlint verify",
@@ -44,14 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-bytes", type=parse_size, default=2**20,
                         help="smallest impact that confirms a finding (default 1MiB)")
     parser.add_argument("--device", default="cuda:0", help="CUDA device to measure on")
-    parser.add_argument("--select", type=_codes, default=None, help="codes or prefixes")
-    parser.add_argument("--ignore", type=_codes, default=(), help="codes or prefixes")
+    parser.add_argument("--select", default=None,
+                        help="comma-separated codes or prefixes (replaces the config's)")
+    parser.add_argument("--ignore", default=None,
+                        help="comma-separated codes or prefixes (replaces the config's)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--snapshot", metavar="OUT.pickle",
                         help="write PyTorch's memory snapshot (opens in pytorch.org/memory_viz)")
     parser.add_argument("--plot", metavar="OUT.png",
                         help="draw device memory over the run with the flagged lines marked")
     return parser
+
+
+def _settings(options: argparse.Namespace) -> Settings:
+    """The same configuration as `memlint check`: the nearest pyproject.toml's
+    [tool.memlint], then --select / --ignore over it."""
+    settings = load_settings(find_pyproject(common_parent(options.paths)))
+    select = parse_codes(options.select, "--select") if options.select is not None else None
+    ignore = parse_codes(options.ignore, "--ignore", ignoring=True) \
+        if options.ignore is not None else None
+    return apply_overrides(settings, select=select, ignore=ignore)
 
 
 def _per_script(path: str | None, script: str, several: bool) -> str | None:
@@ -84,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"memlint verify: no such file or directory: {missing[0]}", file=sys.stderr)
         return 2
-    settings = Settings(select=options.select or ("MEM",), ignore=options.ignore)
+    try:
+        settings = _settings(options)
+    except ConfigError as error:
+        print(f"memlint verify: {error}", file=sys.stderr)
+        return 2
     targets, skipped = runnable_targets(options.paths, settings)
     several = len(targets) > 1
     runs = []

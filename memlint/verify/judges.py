@@ -87,7 +87,8 @@ def judge_worker_cuda(record: dict, facts: RunFacts) -> Judgement:
                if used > 0}
     error = facts.outcome.get("error", {}).get("message", "")
     fork_errors = [e for e in facts.worker_errors if _FORK_ERROR in e]
-    numbers = {"worker_errors": len(facts.worker_errors), "worker_contexts": len(workers), "worker_context_bytes": workers,
+    numbers = {"worker_errors": len(facts.worker_errors), "worker_contexts": len(workers),
+               "worker_context_bytes": workers,
                "main_context_bytes": contexts.get("main_context_bytes", 0),
                "hits_in_main": record["hits"], "hits_in_workers": facts.worker_hits,
                "source": contexts.get("source")}
@@ -223,8 +224,10 @@ def judge_load_device(record: dict, facts: RunFacts) -> Judgement:
             if device.startswith("cuda"):
                 on_gpu[device] = on_gpu.get(device, 0) + size
     if on_gpu:
-        where = ", ".join(f"{human_bytes(size)} on {device}" for device, size in sorted(on_gpu.items()))
-        return Judgement(CONFIRMED, f"loaded {where} ({len(loads)} loads)", numbers)
+        where = ", ".join(f"{human_bytes(size)} on {device}"
+                          for device, size in sorted(on_gpu.items()))
+        return Judgement(CONFIRMED, f"loaded {where} ({len(loads)} "
+                         f"load{'s' if len(loads) != 1 else ''})", numbers)
     devices = sorted({d for load in loads for d in load}) or ["no tensors"]
     return Judgement(NOT_CONFIRMED, f"every loaded tensor stayed on {', '.join(devices)} "
                      "(the checkpoint was saved from there)", numbers)

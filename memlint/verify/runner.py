@@ -117,7 +117,8 @@ def verify_script(path: str, findings: list[Finding], options: Options) -> Scrip
         why = "stopped by --timeout before it could report" if timed_out else \
             f"the child process died (exit status {status}) before it could report"
         last = log_tail.strip().splitlines()[-1:] or [""]
-        verified = [Verified(f, Judgement(ERROR, f"{why}; {last[0]}".rstrip("; "))) for f in findings]
+        verified = [Verified(f, Judgement(ERROR, f"{why}; {last[0]}".rstrip("; ")))
+                    for f in findings]
         return ScriptRun(path, verified, {"exit": "died", "status": status}, timed_out=timed_out,
                          log_tail=log_tail)
     if contexts is not None:
