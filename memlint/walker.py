@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from typing import Literal, Optional, get_origin
 
 import libcst as cst
 
@@ -28,9 +29,19 @@ def _child_fields(node_type: type) -> tuple[str, ...]:
     names = _fields_by_type.get(node_type)
     if names is None:
         names = tuple(f.name for f in dataclasses.fields(node_type)
-                      if f.name not in _SKIPPED_FIELDS and not f.name.startswith("whitespace"))
+                      if f.name not in _SKIPPED_FIELDS and not f.name.startswith("whitespace")
+                      and not _holds_text(f.type))
         _fields_by_type[node_type] = names
     return names
+
+
+def _holds_text(annotation: object) -> bool:
+    """Fields declared as plain text or flags (`Name.value`, `Integer.value`,
+    `SimpleString.quote`) never hold a node; leaving them out gives the leaves,
+    half of all nodes, no fields to look at."""
+    if annotation in (str, bool, Optional[str]):
+        return True
+    return get_origin(annotation) is Literal
 
 
 def _is_node(value: object) -> bool:
