@@ -11,34 +11,65 @@ import sys
 
 def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str) -> None:
     """`timeline` as the child records it; `labels` maps a probe key to its
-    legend text ("line 42 MEM003")."""
+    legend text ("line 42 MEM003"). When the flagged lines ran in a short
+    stretch of a long run, a second panel zooms in on that stretch."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    gib = 2**30
+    exits = {key: [(t, a) for t, k, what, a in timeline["events"] if k == key and what == "exit"]
+             for key in labels}
+    repeated = [points for points in exits.values() if len(points) >= 3]
+    times = [t for points in (repeated or exits.values()) for t, _ in points]
     samples = timeline["samples"]
-    figure, axes = plt.subplots(figsize=(11, 5), dpi=110)
-    if samples:
-        axes.plot([t for t, _ in samples], [a / gib for _, a in samples], color="0.25",
-                  linewidth=1.2, label="allocated on the device")
-    colours = plt.get_cmap("tab10")
-    for index, (key, label) in enumerate(sorted(labels.items())):
-        exits = [(t, a) for t, k, what, a in timeline["events"] if k == key and what == "exit"]
-        if not exits:
-            continue
-        axes.scatter([t for t, _ in exits], [a / gib for _, a in exits], s=14, zorder=3,
-                     color=colours(index % 10),
-                     label=f"{label} ({len(exits)} execution{'s' if len(exits) != 1 else ''})")
-    axes.set_xlabel("seconds since the script started")
-    axes.set_ylabel("GiB allocated")
-    axes.set_title(title)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="upper left", fontsize=9)
+    end = max([t for t, _ in samples] + [t for p in exits.values() for t, _ in p] + [1e-9])
+    window = _zoom_window(times, end)
+    rows = 2 if window else 1
+    figure, axes = plt.subplots(rows, 1, figsize=(11, 4.2 * rows), dpi=110, squeeze=False)
+    for row, limits in enumerate([None, window][:rows]):
+        _panel(axes[row][0], samples, exits, labels, limits, plt.get_cmap("tab10"))
+    axes[0][0].set_title(title)
+    if window:
+        axes[1][0].set_title(f"zoom: {window[0]:.2f} s to {window[1]:.2f} s, where the "
+                             "flagged lines ran", fontsize=10)
     figure.tight_layout()
     figure.savefig(out_path)
     plt.close(figure)
+
+
+def _zoom_window(times: list[float], end: float) -> tuple[float, float] | None:
+    """The stretch of the run where the flagged lines (those that ran many
+    times, if any did) executed, if it is less than a third of the run."""
+    if len(times) < 2:
+        return None
+    first, last = min(times), max(times)
+    if last - first > end / 3:
+        return None
+    margin = max((last - first) * 0.1, end * 0.005)
+    return max(0.0, first - margin), last + margin
+
+
+def _panel(axes, samples, exits, labels, limits, colours) -> None:
+    gib = 2**30
+    shown = [(t, a) for t, a in samples if limits is None or limits[0] <= t <= limits[1]]
+    if shown:
+        axes.plot([t for t, _ in shown], [a / gib for _, a in shown], color="0.25",
+                  linewidth=1.2, label="allocated on the device")
+    for index, key in enumerate(sorted(labels)):
+        points = [(t, a) for t, a in exits[key] if limits is None or limits[0] <= t <= limits[1]]
+        if not exits[key]:
+            continue
+        count = len(exits[key])
+        axes.scatter([t for t, _ in points], [a / gib for _, a in points], s=14, zorder=3,
+                     color=colours(index % 10),
+                     label=f"{labels[key]} ({count} execution{'s' if count != 1 else ''})")
+    if limits is not None:
+        axes.set_xlim(*limits)
+    axes.set_xlabel("seconds since the script started")
+    axes.set_ylabel("GiB allocated")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", fontsize=9)
 
 
 def labels_of(raw: dict, findings) -> dict[int, str]:
