@@ -170,28 +170,17 @@ class Context:
     # -- the walker's side ------------------------------------------------
     def enter(self, node: cst.CSTNode) -> None:
         self.ancestors.append(node)
-        if isinstance(node, (cst.Module, cst.ClassDef)):
-            self.scopes.append(Scope(node))
-        elif isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            scope = Scope(node)
-            if isinstance(node, cst.FunctionDef):
-                for decorator in node.decorators:
-                    mode = self.grad_mode_of(decorator.decorator)
-                    if mode is None and _named_like_grad_off(decorator.decorator):
-                        mode = False
-                    if mode is not None:
-                        scope.grad.append(mode)
-            self.scopes.append(scope)
-        elif isinstance(node, (cst.For, cst.While)):
-            pass  # the loop starts with its body, see enter_field
-        elif isinstance(node, cst.With):
-            modes = [self.grad_mode_of(item.item) for item in node.items]
-            modes = [m for m in modes if m is not None]
-            self.scope.grad.append(modes[-1] if modes else self._current_grad())
-        elif isinstance(node, cst.Import):
-            self.names.add_import(node)
-        elif isinstance(node, cst.ImportFrom):
-            self.names.add_import_from(node)
+        # dispatch on the exact type: libcst's isinstance checks are slow, and
+        # this runs for every node of every file
+        handler = _ENTER.get(type(node))
+        if handler is not None:
+            handler(self, node)
+
+    def leave(self, node: cst.CSTNode) -> None:
+        handler = _LEAVE.get(type(node))
+        if handler is not None:
+            handler(self, node)
+        self.ancestors.pop()
 
     def enter_body(self, node: cst.CSTNode) -> None:
         """Called when the walker reaches the body of a For/While."""
@@ -205,26 +194,47 @@ class Context:
     def leave_body(self, node: cst.CSTNode) -> None:
         self.scope.loops.pop()
 
-    def leave(self, node: cst.CSTNode) -> None:
-        if isinstance(node, (cst.Module, cst.ClassDef, cst.FunctionDef, cst.Lambda)):
-            self.scopes.pop()
-            if isinstance(node, (cst.ClassDef, cst.FunctionDef)) and self.scopes:
-                self.scope.bindings.pop(node.name.value, None)
-        elif isinstance(node, cst.With):
-            self.scope.grad.pop()
-        elif isinstance(node, cst.Assign):
-            for target in node.targets:
-                self._bind(target.target, node.value)
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+    def _enter_scope(self, node: cst.Module | cst.ClassDef | cst.Lambda) -> None:
+        self.scopes.append(Scope(node))
+
+    def _enter_function(self, node: cst.FunctionDef) -> None:
+        scope = Scope(node)
+        for decorator in node.decorators:
+            mode = self.grad_mode_of(decorator.decorator)
+            if mode is None and _named_like_grad_off(decorator.decorator):
+                mode = False
+            if mode is not None:
+                scope.grad.append(mode)
+        self.scopes.append(scope)
+
+    def _enter_with(self, node: cst.With) -> None:
+        modes = [self.grad_mode_of(item.item) for item in node.items]
+        modes = [m for m in modes if m is not None]
+        self.scope.grad.append(modes[-1] if modes else self._current_grad())
+
+    def _leave_scope(self, node: cst.CSTNode) -> None:
+        self.scopes.pop()
+        if isinstance(node, (cst.ClassDef, cst.FunctionDef)) and self.scopes:
+            self.scope.bindings.pop(node.name.value, None)
+
+    def _leave_with(self, node: cst.With) -> None:
+        self.scope.grad.pop()
+
+    def _leave_assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind(target.target, node.value)
+
+    def _leave_ann_assign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
             self._bind(node.target, node.value)
-        elif isinstance(node, cst.Expr) and isinstance(node.value, cst.Call):
-            # a bare `torch.set_grad_enabled(False)` switches grad mode from here on
-            call = node.value
-            if self.names.qualify(call.func) in _SET_GRAD and call.args:
-                mode = _literal_bool(call.args[0].value)
-                if mode is not None:
-                    self.scope.grad.append(mode)
-        self.ancestors.pop()
+
+    def _leave_expression_statement(self, node: cst.Expr) -> None:
+        """A bare `torch.set_grad_enabled(False)` switches grad mode from here on."""
+        call = node.value
+        if isinstance(call, cst.Call) and self.names.qualify(call.func) in _SET_GRAD and call.args:
+            mode = _literal_bool(call.args[0].value)
+            if mode is not None:
+                self.scope.grad.append(mode)
 
     def _current_grad(self) -> bool:
         return not self.grad_disabled
@@ -275,3 +285,24 @@ def _literal_bool(node: cst.BaseExpression) -> bool | None:
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return node.value == "True"
     return None
+
+
+_ENTER = {
+    cst.Module: Context._enter_scope,
+    cst.ClassDef: Context._enter_scope,
+    cst.Lambda: Context._enter_scope,
+    cst.FunctionDef: Context._enter_function,
+    cst.With: Context._enter_with,
+    cst.Import: lambda ctx, node: ctx.names.add_import(node),
+    cst.ImportFrom: lambda ctx, node: ctx.names.add_import_from(node),
+}
+_LEAVE = {
+    cst.Module: Context._leave_scope,
+    cst.ClassDef: Context._leave_scope,
+    cst.Lambda: Context._leave_scope,
+    cst.FunctionDef: Context._leave_scope,
+    cst.With: Context._leave_with,
+    cst.Assign: Context._leave_assign,
+    cst.AnnAssign: Context._leave_ann_assign,
+    cst.Expr: Context._leave_expression_statement,
+}

@@ -8,10 +8,12 @@ of them, positions computed only when something was reported.
 from __future__ import annotations
 
 import ast
+import gc
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -54,6 +56,12 @@ def check_source(source: str | bytes, path: str = "<stdin>",
                   if r.code in selected and any(k in source for k in r.keywords)]
     if not rule_types:
         return _syntax_check_only(source, path)
+    with _collector_paused():
+        return _check_parsed(source, path, settings, noqa, rule_types)
+
+
+def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
+                  rule_types: list) -> list[Finding]:
     module = _parse(source, path)
     if isinstance(module, Finding):
         return [module]
@@ -77,6 +85,20 @@ def check_source(source: str | bytes, path: str = "<stdin>",
     except RecursionError:  # libcst's position pass recurses in Python
         return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
                                          "memlint to place its findings")]
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """libcst builds hundreds of thousands of acyclic nodes per file; the cyclic
+    garbage collector scanning them as they are made costs ~10% of the parse
+    and frees nothing (reference counting does)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _syntax_check_only(source: str, path: str) -> list[Finding]:

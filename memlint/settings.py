@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import PurePath
 
 from memlint.rules import ALL_CODES, SYNTAX_ERROR_CODE
@@ -45,8 +47,12 @@ class Settings:
         return frozenset(chosen)
 
     def is_excluded(self, path: str) -> bool:
-        return any(path_matches(path, pattern, self.root)
-                   for pattern in (*self.exclude, *self.extend_exclude))
+        return self._exclusion.matches(path)
+
+    @cached_property
+    def _exclusion(self) -> _PatternSet:
+        """All exclude patterns compiled once: discovery asks for every file."""
+        return _PatternSet((*self.exclude, *self.extend_exclude), self.root)
 
 
 def _longest_prefix(code: str, prefixes) -> int:
@@ -55,23 +61,45 @@ def _longest_prefix(code: str, prefixes) -> int:
 
 
 def path_matches(path: str, pattern: str, root: str = ".") -> bool:
-    """A pattern matches the path as given, the path relative to `root`, or one
-    folder or file name inside `root` (`build` excludes every folder named build).
+    """Whether one pattern matches `path` (see `_PatternSet` for the rules)."""
+    return _PatternSet((pattern,), root).matches(path)
+
+
+class _PatternSet:
+    """Glob patterns that match the path as given, the path relative to `root`,
+    or one folder or file name inside `root` (`build` excludes every folder
+    named build).
 
     Folders above `root` never match by name: a project that lives under
     `~/env/` or `/build/` is not excluded as a whole.
     """
-    absolute = os.path.abspath(path)
-    try:
-        relative = os.path.relpath(absolute, os.path.abspath(root))
-    except ValueError:  # another drive (Windows)
-        relative = absolute
-    inside = not relative.startswith(os.pardir) and not os.path.isabs(relative)
-    candidates = {PurePath(path).as_posix(), PurePath(relative if inside else absolute).as_posix()}
-    pattern = pattern.rstrip("/")
-    if any(fnmatch.fnmatch(c, pattern) for c in candidates):
-        return True
-    if "/" in pattern:
-        return False
-    names = PurePath(relative).parts if inside else (PurePath(absolute).name,)
-    return any(fnmatch.fnmatch(name, pattern) for name in names)
+
+    def __init__(self, patterns: tuple[str, ...], root: str) -> None:
+        patterns = tuple(p.rstrip("/") for p in patterns)
+        self.root = os.path.abspath(root)
+        self.whole = _any_of(patterns)
+        self.by_name = _any_of(tuple(p for p in patterns if "/" not in p))
+
+    def matches(self, path: str) -> bool:
+        if self.whole is None:
+            return False
+        absolute = os.path.abspath(path)
+        try:
+            relative = os.path.relpath(absolute, self.root)
+        except ValueError:  # another drive (Windows)
+            relative = absolute
+        inside = not relative.startswith(os.pardir) and not os.path.isabs(relative)
+        candidates = (PurePath(path).as_posix(),
+                      PurePath(relative if inside else absolute).as_posix())
+        if any(self.whole.match(c) for c in candidates):
+            return True
+        if self.by_name is None:
+            return False
+        names = PurePath(relative).parts if inside else (PurePath(absolute).name,)
+        return any(self.by_name.match(name) for name in names)
+
+
+def _any_of(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(fnmatch.translate(os.path.normcase(p)) for p in patterns))
