@@ -172,14 +172,36 @@ def _nested_too_deeply(source: str) -> tuple[int, int, str] | None:
     if not _looks_deep(source):
         return None
     try:
-        ast.parse(source)
+        tree = ast.parse(source)
     except (RecursionError, MemoryError):
         return 1, 1, "cannot parse the file: expressions nested too deeply (Python refuses it too)"
     except SyntaxError as error:
         if error.msg.startswith(_DEPTH_ERRORS):
             return error.lineno or 1, error.offset or 1, f"cannot parse the file: {error.msg}"
+        return None
     except ValueError:  # source code string cannot contain null bytes
         return None
+    # Python 3.10 accepts chains (`a.b.b...`, `1+1+...`) that later versions
+    # refuse and that libcst takes minutes on, so measure the depth itself
+    deepest = _deepest_node(tree)
+    if deepest is not None:
+        depth, line, column = deepest
+        return line, column, (f"cannot parse the file: expressions nested {depth} deep "
+                              f"(libcst handles up to {_LIBCST_MAX_DEPTH})")
+    return None
+
+
+_LIBCST_MAX_DEPTH = 1000
+
+
+def _deepest_node(tree: ast.AST) -> tuple[int, int, int] | None:
+    """(depth, line, column) of the first node nested deeper than libcst copes with."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > _LIBCST_MAX_DEPTH:
+            return depth, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
     return None
 
 
