@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from memlint.context import Context
 from memlint.finding import Finding, InternalError
 from memlint.names import ImportTable
+from memlint.positions import positions_of
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 from memlint.settings import Settings
 from memlint.suppression import is_suppressed, skips_file
@@ -82,7 +82,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         return []
     try:
         return _place(module, source, path, reports, noqa)
-    except RecursionError:  # libcst's position pass recurses in Python
+    except RecursionError:  # libcst's code generation recurses in Python
         return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
                                          "memlint to place its findings")]
 
@@ -134,17 +134,19 @@ def _parse(source: str, path: str) -> cst.Module | Finding:
 def _place(module: cst.Module, source: str, path: str, reports,
            noqa: bool = True) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    wanted = [n for _, node, stmt, _ in reports for n in (node, stmt) if n is not None]
+    positions = positions_of(module, wanted)
     lines = _LINE_BREAK.split(source)
     findings = set()
     for rule, node, stmt, message in reports:
-        span = positions[node]
+        span = positions[id(node)]
+        statement = positions.get(id(stmt))
         line, column = span.start.line, span.start.column
-        if stmt is not None and stmt in positions and positions[stmt].start.line < line:
+        if statement is not None and statement.start.line < line:
             # reported on the statement's first line, where a user writes `# noqa`
-            line, column = positions[stmt].start.line, positions[stmt].start.column
+            line, column = statement.start.line, statement.start.column
         # a `# noqa` on any line of a simple statement counts, as in flake8
-        last = positions[stmt].end.line if isinstance(stmt, cst.SimpleStatementLine) else line
+        last = statement.end.line if isinstance(stmt, cst.SimpleStatementLine) else line
         if noqa and any(is_suppressed(text, rule.code)
                         for text in lines[line - 1:max(line, last)]):
             continue
