@@ -7,11 +7,17 @@ rules ask: "is this expression `torch.utils.data.DataLoader`?".
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import libcst as cst
 
 
+@lru_cache(maxsize=4096)
 def dotted_name(node: cst.BaseExpression | None) -> str | None:
-    """`a.b.c` for a chain of names and attributes, else None."""
+    """`a.b.c` for a chain of names and attributes, else None.
+
+    Cached per node (libcst nodes hash by identity): every rule asks it of the
+    same call's function."""
     parts: list[str] = []
     while isinstance(node, cst.Attribute):
         parts.append(node.attr.value)
