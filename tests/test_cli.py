@@ -259,17 +259,24 @@ def test_rule_pages_ship_in_a_built_wheel(tmp_path):
     assert built.returncode == 0, built.stderr
     (wheel,) = wheels.glob("memlint-*.whl")
     venv = tmp_path / "venv"
-    # system site-packages provide libcst; the venv's own memlint (the wheel) comes first
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     scripts = "Scripts" if os.name == "nt" else "bin"
     python = venv / scripts / ("python.exe" if os.name == "nt" else "python")
+    # libcst comes from this interpreter's site-packages, appended by a .pth file
+    # (which, unlike --system-site-packages, also works when this one is a venv);
+    # path lines in a .pth run no import hooks, so the checkout's editable
+    # memlint stays invisible and the wheel's is the one imported.
+    venv_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, timeout=60, capture_output=True, text=True).stdout.strip()
+    ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    (Path(venv_site) / "outer-site-packages.pth").write_text("\n".join(ours) + "\n", encoding="utf-8")
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
                    check=True, timeout=300, capture_output=True)
     shown = subprocess.run(
         [str(python), "-c", "import memlint, sys; from memlint.cli import main; "
                             "print(memlint.__file__, file=sys.stderr); main(['rule', 'MEM007'])"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert shown.returncode == 0, shown.stderr
     assert str(venv) in shown.stderr, "the wheel's memlint must be the one imported"
     assert shown.stdout == (CHECKOUT / "rules" / "MEM007.md").read_text(encoding="utf-8")
     assert sysconfig.get_paths()["purelib"] not in shown.stderr
