@@ -54,10 +54,7 @@ def _read_page(code: str) -> str | None:
 
 
 def _generated_page(code: str) -> str:
-    if code == SYNTAX_ERROR_CODE:
-        return (f"# {code} {NAMES_BY_CODE[code]}\n\nA file that memlint cannot read, decode "
-                "or parse. It is always reported (it cannot be selected away): a file "
-                "memlint cannot parse is a file it cannot vouch for.\n")
+    """A new rule module is usable before its page is written."""
     rule = RULES_BY_CODE[code]
     doc = " ".join((rule.__doc__ or "").split())
     flagged = "\n\n".join(f"```python\n{example}\n```" for example in rule.INVALID[:3])

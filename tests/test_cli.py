@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from memlint import __version__
+from memlint import pages
 from memlint.cli import main
+from memlint.rules import NAMES_BY_CODE, RULES_BY_CODE
 from memlint.rules import ALL_CODES
 
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -239,9 +241,17 @@ def test_rule_prints_the_page_from_rules_folder(spelling, capsys):
     assert capsys.readouterr().out == (CHECKOUT / "rules" / "MEM007.md").read_text(encoding="utf-8")
 
 
-def test_a_rule_without_a_page_gets_one_built_from_its_docstring(capsys):
-    assert main(["rule", "MEM000"]) == 0
-    assert capsys.readouterr().out.startswith("# MEM000 syntax-error")
+def test_every_code_has_a_written_page():
+    for code in NAMES_BY_CODE:
+        assert (CHECKOUT / "rules" / f"{code}.md").is_file(), code
+
+
+def test_a_rule_without_a_page_gets_one_built_from_its_docstring(monkeypatch, capsys):
+    monkeypatch.setattr(pages, "_read_page", lambda code: None)
+    assert main(["rule", "MEM007"]) == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("# MEM007 load-without-map-location\n")
+    assert RULES_BY_CODE["MEM007"].INVALID[0] in shown
 
 
 def test_an_unknown_rule_exits_2(capsys):
