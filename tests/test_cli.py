@@ -20,6 +20,7 @@ import pytest
 from memlint import __version__
 from memlint import pages
 from memlint.cli import main
+from tests.cli_helpers import check, write
 from memlint.rules import NAMES_BY_CODE, RULES_BY_CODE
 from memlint.rules import ALL_CODES
 
@@ -34,24 +35,12 @@ def run(*args: str, cwd: Path | None = None, stdin: str | None = None):
                           capture_output=True, text=True, check=False, timeout=120)
 
 
-def check(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(["check", "-j", "1", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture
 def project(tmp_path, monkeypatch) -> Path:
     """A project folder (with its own pyproject.toml) as the working directory."""
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 # -- exit codes and the text format ---------------------------------------------------

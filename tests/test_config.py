@@ -9,23 +9,11 @@ from pathlib import Path
 import pytest
 
 from memlint import check_source
-from memlint.cli import main
+from tests.cli_helpers import check, write
 from memlint.config import ConfigError, find_pyproject, load_settings, settings_from_table
 from memlint.rules import RULES_BY_CODE
 
 FLAGGED = "import torch\n\nstate = torch.load('ckpt.pt')\n"
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
-def check(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(["check", "-j", "1", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
