@@ -2,21 +2,28 @@
 
 A thin adapter over `memlint.check_source`: the same engine, rules and `# noqa`
 handling as `memlint check`, fed the lines flake8 already read (flake8 also
-checks stdin, where there is no file to re-read). Selection (`--select`,
-`--extend-select`, `--ignore`, `--per-file-ignores`) is flake8's own; every
-rule runs and flake8 filters the codes.
+checks stdin, where there is no file to re-read). The codes chosen in the
+nearest `[tool.memlint]` (`select`, `ignore`, `extend-select`,
+`per-file-ignores`) apply, so the editor shows what `memlint check` in CI
+reports; flake8's own `--select`/`--ignore` filter on top. Which files are
+checked is flake8's `exclude`, as for every plugin.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 
 from memlint import __version__
-from memlint.engine import check_source
+from memlint.config import ConfigError, find_pyproject, load_settings
+from memlint.engine import RuleCrash, check_source
+from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.settings import Settings
 
 _Result = tuple[int, int, str, type]
+_STDIN_NAMES = ("stdin", "-")
 
 
 class MemlintChecker:
@@ -39,9 +46,37 @@ class MemlintChecker:
         cls.honour_memlint_noqa = not getattr(options, "disable_noqa", False)
 
     def run(self) -> Iterator[_Result]:
-        findings = check_source("".join(self.lines), self.filename, Settings(),
-                                noqa=self.honour_memlint_noqa)
+        settings = _settings_for(self.filename)
+        if isinstance(settings, ConfigError):
+            yield (1, 0, f"{SYNTAX_ERROR_CODE} memlint configuration error: {settings}", type(self))
+            return
+        try:
+            findings = check_source("".join(self.lines), self.filename, settings,
+                                    noqa=self.honour_memlint_noqa)
+        except Exception as error:
+            # flake8 aborts the whole run, every plugin's results with it, when a
+            # plugin raises; one finding on this file keeps the editor working.
+            reason = str(error) if isinstance(error, RuleCrash) else f"{type(error).__name__}: {error}"
+            yield (1, 0, f"{SYNTAX_ERROR_CODE} memlint internal error on this file, a memlint "
+                         f"bug (please report it): {reason}", type(self))
+            return
         for finding in findings:
             # flake8 wants a 0-based column and adds 1 when it prints
             yield (finding.line, finding.column - 1,
                    f"{finding.code} {finding.message}", type(self))
+
+
+def _settings_for(filename: str) -> Settings | ConfigError:
+    """The `[tool.memlint]` that `memlint check` would use for this file."""
+    if filename in _STDIN_NAMES:
+        return _settings_of_folder(os.getcwd())
+    return _settings_of_folder(os.path.dirname(os.path.abspath(filename)))
+
+
+@lru_cache(maxsize=None)
+def _settings_of_folder(folder: str) -> Settings | ConfigError:
+    """Read once per folder: flake8 calls the plugin for every file."""
+    try:
+        return load_settings(find_pyproject(folder))
+    except ConfigError as error:
+        return error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -140,3 +141,55 @@ def test_editors_parse_flake8_output_to_memlint_positions(editor):
              if m.group(3).startswith("MEM")]
     assert found == [(f.line, f.column, f.code) for f in check_source(LOADS)]
     assert found
+
+
+def test_a_memlint_crash_is_one_finding_per_file_and_flake8_goes_on(tmp_path, monkeypatch, capsys):
+    """flake8 aborts the whole run when a plugin raises; the editor would show nothing."""
+    import memlint.flake8_plugin as plugin
+    from flake8.main.cli import main as flake8_main
+
+    from memlint.engine import RuleCrash
+
+    def crash(*args, **kwargs):
+        raise RuleCrash("ZeroDivisionError: division by zero")
+
+    monkeypatch.setattr(plugin, "check_source", crash)
+    (tmp_path / "train.py").write_text("import torch\nx=1\n")
+    flake8_main(["--isolated", "-j", "1", "--select=MEM,E", f"--format={FORMAT}",
+                 str(tmp_path / "train.py")])
+    lines = capsys.readouterr().out.splitlines()
+    assert positions(lines) == [(str(tmp_path / "train.py"), 1, 1, "MEM000")]
+    assert "internal error" in lines[0] and "ZeroDivisionError: division by zero" in lines[0]
+    assert positions(lines, "E") == [(str(tmp_path / "train.py"), 2, 2, "E225")]
+
+
+def test_tool_memlint_code_choices_apply_in_flake8_as_in_check(tmp_path):
+    """The editor (flake8) and CI (`memlint check`) must agree on what a project ignores."""
+    (tmp_path / "pyproject.toml").write_text(textwrap.dedent("""\
+        [tool.memlint]
+        ignore = ["MEM005"]
+        per-file-ignores = {"scripts/*" = ["MEM007"]}
+    """))
+    source = "import torch\nfrom torch.utils.data import DataLoader\n\n" \
+             "loader = DataLoader(data, batch_size=8)\nstate = torch.load(path)\n"
+    for name in ("train.py", "scripts/convert.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(source)
+    checked = subprocess.run([sys.executable, "-m", "memlint", "check", "--format", "json",
+                              "train.py", "scripts/convert.py"],
+                             cwd=tmp_path, capture_output=True, text=True, check=False)
+    expected = sorted((os.path.normpath(f["path"]), f["line"], f["column"], f["code"])
+                      for f in json.loads(checked.stdout))
+    assert expected == [("train.py", 5, 9, "MEM007")]
+    shown = flake8("--select=MEM", "train.py", "scripts/convert.py", cwd=str(tmp_path))
+    assert sorted(positions(shown)) == expected
+    # flake8's own selection still filters on top
+    assert positions(flake8("--select=MEM005", "train.py", cwd=str(tmp_path))) == []
+
+
+def test_a_bad_tool_memlint_is_one_finding_naming_the_key(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.memlint]\nignroe = ["MEM005"]\n')
+    (tmp_path / "train.py").write_text("import torch\nstate = torch.load(path)\n")
+    shown = flake8("--select=MEM", "train.py", cwd=str(tmp_path))
+    assert positions(shown) == [("train.py", 1, 1, "MEM000")]
+    assert "configuration error" in shown[0] and "'ignroe'" in shown[0]
