@@ -63,6 +63,20 @@ class Context:
         self.ancestors: list[cst.CSTNode] = []
         self.scopes: list[Scope] = []
 
+    def close(self) -> None:
+        """Drop the analyses, breaking their reference cycles (an analysis refers
+        back to `ctx`; the index links functions and call sites both ways).
+
+        The check runs with the cyclic collector paused, so a cycle that holds
+        nodes keeps the file's tree alive until the collector is back, which
+        then spends ~10% of a parse walking it; broken, reference counting
+        frees the tree at once."""
+        for analysis in self.analyses.values():
+            close = getattr(analysis, "close", None)
+            if close is not None:
+                close()
+        self.analyses.clear()
+
     # -- queries rules use ------------------------------------------------
     @property
     def scope(self) -> Scope:

@@ -76,6 +76,8 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         raise RuleCrash(f"recursion limit reached while checking: {error}") from error
     except Exception as error:
         raise RuleCrash(f"{type(error).__name__}: {error}") from error
+    finally:
+        ctx.close()
     reports = [(rule, node, stmt, message) for rule in rules
                for node, stmt, message in rule.reports]
     if not reports:

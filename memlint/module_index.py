@@ -82,6 +82,12 @@ class ModuleIndex:
             index = ctx.analyses[cls] = cls(ctx)
         return index  # type: ignore[return-value]
 
+    def close(self) -> None:
+        """Unlink functions from their call sites and children (see `Context.close`)."""
+        for info in self.functions.values():
+            info.calls.clear()
+            info.children.clear()
+
     # -- the walk ---------------------------------------------------------
     @property
     def current(self) -> FunctionInfo | None:
