@@ -46,6 +46,9 @@ _VARIABLE = {"torch.autograd.Variable", "torch.autograd.variable.Variable"}
 _LIGHTNING_BASES = ("LightningModule",)
 _LIGHTNING_HOOK = re.compile(r"(validation|val|test|predict)_step$|.*_epoch_(start|end)$|on_.*")
 _TEST_FILE = re.compile(r"(test_.*|.*_test|conftest)\.py$")
+#: `DummyModel(...)`, `Net()`: calling a class builds a module, it runs no forward
+#: (`G_AB`, `netG`, `model` are instances)
+_CLASS_NAME = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
 
 
 @dataclass
@@ -122,6 +125,15 @@ class GradInInference(Rule):
         # a wrapper that guards its own predict path
         "import torch\nfrom ultralytics import YOLO\ndef image_inference(path):\n"
         "    model = YOLO('yolo11n.pt')\n    return model(path)",
+        # shapes from pytorch-ignite's sources and tests:
+        # a default-argument lambda runs where it is called (there, under no_grad)
+        "import torch\ndef supervised_evaluation_step(model, model_fn=lambda m, x: m(x)):\n"
+        "    return model_fn",
+        # a function of this module named like a model, defined below its caller
+        "import torch\ndef evaluate(model, x):\n    return _unwrap_model(model).weight\n"
+        "def _unwrap_model(model):\n    return model.module",
+        # calling a class builds a module
+        "import torch\ndef validate_shapes():\n    return DummyModel().to('cuda')",
     ]
     INVALID = [
         "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
@@ -185,7 +197,7 @@ class GradInInference(Rule):
         if self.unit.forward is not None or self.index.grad_disabled:
             return
         module = self._called_module(node)
-        if module is None:
+        if module is None or self._in_signature():
             return
         if self.unit.evaluated.get(module) or (self.unit.node is not None and _is_inference_name(self.unit.node)):
             self.unit.forward = (node, self.statement(), module)
@@ -215,6 +227,9 @@ class GradInInference(Rule):
             return None  # `F.relu(x)`, `torch.sigmoid(x)`: library functions
         if self.unit.evaluated.get(name):
             return name
+        if (_CLASS_NAME.fullmatch(name.rsplit(".", 1)[-1])
+                or self._names_function(name, self.unit.class_name)):
+            return None
         bound = self.ctx.binding(name)
         if bound is not None:
             verdict = self._constructs_module(bound)
@@ -224,6 +239,25 @@ class GradInInference(Rule):
         if last.split("_", 1)[0] in _VERB_PREFIXES:
             return None
         return name if _MODEL_NAMES.fullmatch(last) else None
+
+    def _names_function(self, name: str, class_name: str | None) -> bool:
+        """`_assert_model(...)`, `random_data_generator(...)`: a function of this
+        module (or a method of this class, through `self.`) named like a model."""
+        head, _, attr = name.partition(".")
+        if not attr:
+            return name in self.index.functions_by_name
+        return (head == "self" and "." not in attr and class_name is not None
+                and bool(self.index.methods_named(class_name, attr)))
+
+    def _in_signature(self) -> bool:
+        """A call in a parameter's default (`model_fn=lambda m, x: m(x)`) runs
+        where the lambda is called, not in the function being defined."""
+        for ancestor in reversed(self.ctx.ancestors):
+            if isinstance(ancestor, cst.Parameters):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.IndentedBlock)):
+                return False
+        return False
 
     def _constructs_module(self, value: cst.BaseExpression) -> bool | None:
         """True for `nn.Linear(...)`, `Net().to(device)`, `resnet18()`,
@@ -281,8 +315,10 @@ class GradInInference(Rule):
         if unit.node is None:
             return False
         name = unit.node.name.value
-        if name.startswith("test") and _TEST_FILE.match(os.path.basename(self.ctx.path)):
-            return True
+        if name.lstrip("_").startswith("test") and _TEST_FILE.match(os.path.basename(self.ctx.path)):
+            return True  # `test_*` and its `_test_*` helpers: "test" is pytest's word here
+        if self._names_function(unit.forward[2], unit.class_name):
+            return True  # a function defined further down the file, named like a model
         if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) and self._is_lightning(unit.class_name):
             return True
         info = self.index.info(unit.node)
