@@ -44,6 +44,9 @@ class MemlintChecker:
         # With `--disable-noqa` flake8 shows what `# noqa` hides; memlint must not
         # hide those findings first.
         cls.honour_memlint_noqa = not getattr(options, "disable_noqa", False)
+        # editors run flake8 again and again in one process: re-read the
+        # configuration on each run, so an edited [tool.memlint] applies
+        _settings_of_folder.cache_clear()
 
     def run(self) -> Iterator[_Result]:
         settings = _settings_for(self.filename)

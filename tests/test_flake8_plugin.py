@@ -193,3 +193,19 @@ def test_a_bad_tool_memlint_is_one_finding_naming_the_key(tmp_path):
     shown = flake8("--select=MEM", "train.py", cwd=str(tmp_path))
     assert positions(shown) == [("train.py", 1, 1, "MEM000")]
     assert "configuration error" in shown[0] and "'ignroe'" in shown[0]
+
+
+def test_an_edited_tool_memlint_applies_on_the_next_flake8_run_in_the_same_process(
+        tmp_path, monkeypatch, capsys):
+    """Editors' flake8 servers run flake8 many times in one process."""
+    from flake8.main.cli import main as flake8_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import torch\nstate = torch.load(path)\n")
+    pyproject = tmp_path / "pyproject.toml"
+    shown = []
+    for ignore in ([], ["MEM007"]):
+        pyproject.write_text(f"[tool.memlint]\nignore = {ignore!r}\n")
+        flake8_main(["--isolated", "-j", "1", "--select=MEM", f"--format={FORMAT}", "train.py"])
+        shown.append(positions(capsys.readouterr().out.splitlines()))
+    assert shown == [[("train.py", 2, 9, "MEM007")], []]
