@@ -279,3 +279,15 @@ def test_rule_pages_ship_in_a_built_wheel(tmp_path):
     assert str(venv) in shown.stderr, "the wheel's memlint must be the one imported"
     assert shown.stdout == (CHECKOUT / "rules" / "MEM007.md").read_text(encoding="utf-8")
     assert sysconfig.get_paths()["purelib"] not in shown.stderr
+
+
+def test_the_readme_example_is_what_check_prints_today():
+    """The first console block of the README shows a real run; keep it true."""
+    readme = (CHECKOUT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```console\n", 1)[1].split("```", 1)[0]
+    command, rest = block.split("\n", 1)
+    shown = rest.split("$ echo $?", 1)[0]
+    assert command.startswith("$ memlint check ")
+    done = run(*command[len("$ memlint "):].split(), cwd=CHECKOUT)
+    assert done.stdout == shown
+    assert done.returncode == int(block.split("$ echo $?\n", 1)[1].split()[0])
