@@ -18,8 +18,6 @@ import pytest
 from memlint import check_paths
 from tests.expectations import FIXTURES, fixture_files
 
-pytest.importorskip("memlint.cli", reason="memlint check (memlint/cli.py) has not landed yet")
-
 PY_FIXTURES = [os.path.relpath(p) for p in fixture_files(".py")]
 NOTEBOOK = os.path.relpath(FIXTURES / "notebooks" / "resume_with_magics.ipynb")
 

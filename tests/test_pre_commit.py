@@ -18,8 +18,6 @@ import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
-pytest.importorskip("memlint.cli", reason="memlint check (memlint/cli.py) has not landed yet")
-
 pytestmark = pytest.mark.slow
 
 FLAGGED = "import torch\n\nstate = torch.load('ckpt.pt')\n"
