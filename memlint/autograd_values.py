@@ -323,7 +323,7 @@ class AutogradValues:
                 qualified.rsplit(".", 1)[-1] in _VALUES_INDICES and len(node.args) >= 2
         return isinstance(node.func, cst.Attribute) and node.func.attr.value in _VALUES_INDICES
 
-    def _callee_kind(self, func: cst.BaseExpression) -> str | None:
+    def _callee_kind(self, func: cst.BaseExpression, hops: int = 0) -> str | None:
         """"module", "loss" or None for what a call runs: judged from the callee's
         binding (`nn.CrossEntropyLoss()`, `Net().to(device)`) or else its name."""
         name = dotted_name(func)
@@ -336,6 +336,9 @@ class AutogradValues:
             kind = self._constructed_kind(binding)
             if kind is not None:
                 return kind
+            if isinstance(binding, cst.Attribute) and hops < 4:
+                # `decoder = self.char_decode`: an alias is what it names
+                return self._callee_kind(binding, hops + 1)
             if isinstance(binding, (cst.Lambda, cst.Name)) or _function_key(func) in self._returns:
                 return None
         if _function_key(func) in self._returns:

@@ -134,6 +134,9 @@ class GradInInference(Rule):
         "def _unwrap_model(model):\n    return model.module",
         # calling a class builds a module
         "import torch\ndef validate_shapes():\n    return DummyModel().to('cuda')",
+        # a method called through a local alias named like a module
+        "import torch\ndef predict(self, logits):\n    decoder = self.char_decode\n"
+        "    return decoder(logits.argmax(-1))",
     ]
     INVALID = [
         "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
@@ -227,15 +230,18 @@ class GradInInference(Rule):
             return None  # `F.relu(x)`, `torch.sigmoid(x)`: library functions
         if self.unit.evaluated.get(name):
             return name
-        if (_CLASS_NAME.fullmatch(name.rsplit(".", 1)[-1])
-                or self._names_function(name, self.unit.class_name)):
-            return None
         bound = self.ctx.binding(name)
         if bound is not None:
             verdict = self._constructs_module(bound)
             if verdict is not None:
                 return name if verdict else None
-        last = name.rsplit(".", 1)[-1].lower()
+        # `decoder = self.char_decode`: an alias is judged by what it names
+        judged = dotted_name(bound) if isinstance(bound, cst.Attribute) else None
+        judged = judged or name
+        if (_CLASS_NAME.fullmatch(judged.rsplit(".", 1)[-1])
+                or self._names_function(judged, self.unit.class_name)):
+            return None
+        last = judged.rsplit(".", 1)[-1].lower()
         if last.split("_", 1)[0] in _VERB_PREFIXES:
             return None
         return name if _MODEL_NAMES.fullmatch(last) else None

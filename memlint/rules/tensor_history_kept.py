@@ -106,6 +106,10 @@ class TensorHistoryKept(Rule):
         # timings read off a wrapper's results in a benchmark loop
         "import torch\nrun_times = []\nfor _ in range(num_runs):\n"
         "    results = model(image)\n    run_times.append(results[0].speed['inference'])",
+        # a method called through a local alias named like a module (transformers' MGP-STR)
+        "import torch\ndef decode(self, logits):\n    decoder = self.char_decode\n"
+        "    strs = decoder(logits.argmax(-1))\n    out = []\n    for i in range(batch_size):\n"
+        "        out.append(strs[i])",
     ]
     INVALID = [
         "import torch\nlosses = []\nfor x, y in loader:\n    loss = criterion(model(x), y)\n"
@@ -128,6 +132,9 @@ class TensorHistoryKept(Rule):
         "    x = torch.cat([x, model(batch)], dim=0)",
         "import torch\nmetrics = {}\nfor x, y in loader:\n    outputs = model(x)\n"
         "    metrics['loss'] += outputs.loss",
+        # an alias of the model attribute is the model
+        "import torch\ndef collect(self, loader):\n    net = self.model\n    outs = []\n"
+        "    for x in loader:\n        outs.append(net(x))",
         # torchtune's recipes: the running loss keeps each step's graph until it is reset
         "import torch\nrunning_loss = 0\nfor idx, batch in enumerate(dataloader):\n"
         "    loss = self._loss_fn(self._model(batch), batch['labels'])\n"
