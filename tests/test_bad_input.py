@@ -165,19 +165,24 @@ def test_an_unreadable_file_is_mem000_and_the_run_goes_on(tmp_path, monkeypatch,
     assert f"{tmp_path / 'train.py'}:3:9: MEM007" in out
 
 
-def test_a_rule_crash_is_an_internal_error_for_that_file_only(tmp_path, monkeypatch, capsys):
-    (tmp_path / "a_fine.py").write_text(FLAGGED)
-    (tmp_path / "b_crash.py").write_text(FLAGGED.replace("ckpt.pt", "boom.pt"))
-    (tmp_path / "c_fine.py").write_text(FLAGGED)
+def crash_mem007_on(monkeypatch, filename: str, error: BaseException) -> None:
+    """Make MEM007's visitor raise `error` on the file named `filename` only."""
     rule = RULES_BY_CODE["MEM007"]
     original = rule.visit_Call
 
     def fragile(self, node):
-        if os.path.basename(self.ctx.path) == "b_crash.py":
-            raise ValueError("rule bug")
+        if os.path.basename(self.ctx.path) == filename:
+            raise error
         return original(self, node)
 
     monkeypatch.setattr(rule, "visit_Call", fragile)
+
+
+def test_a_rule_crash_is_an_internal_error_for_that_file_only(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a_fine.py").write_text(FLAGGED)
+    (tmp_path / "b_crash.py").write_text(FLAGGED.replace("ckpt.pt", "boom.pt"))
+    (tmp_path / "c_fine.py").write_text(FLAGGED)
+    crash_mem007_on(monkeypatch, "b_crash.py", ValueError("rule bug"))
     for output_format in ("text", "json", "sarif"):
         code = main(["check", "-j", "1", "--format", output_format, str(tmp_path)])
         out, err = capsys.readouterr()
@@ -193,15 +198,7 @@ def test_a_rule_crash_in_a_worker_process_is_reported_the_same_way(tmp_path, mon
     for i in range(8):
         name = "boom" if i == 3 else f"fine{i}"
         (tmp_path / f"{name}.py").write_text(FLAGGED)
-    rule = RULES_BY_CODE["MEM007"]
-    original = rule.visit_Call
-
-    def fragile(self, node):
-        if os.path.basename(self.ctx.path) == "boom.py":
-            raise RecursionError("deep")
-        return original(self, node)
-
-    monkeypatch.setattr(rule, "visit_Call", fragile)  # forked workers inherit the patch
+    crash_mem007_on(monkeypatch, "boom.py", RecursionError("deep"))  # forked workers inherit it
     if sys.platform != "linux":
         pytest.skip("relies on fork carrying the monkeypatch into worker processes")
     assert main(["check", "-j", "2", str(tmp_path)]) == 2
