@@ -22,7 +22,7 @@ import libcst as cst
 
 from memlint.context import BindingSite, Context
 from memlint.names import dotted_name
-from memlint.walker import _children as children_of
+from memlint.walker import children as children_of
 
 
 @dataclass(frozen=True)

@@ -54,15 +54,16 @@ def _is_node(value: object) -> bool:
     return known
 
 
-def _children(node: cst.CSTNode) -> list[cst.CSTNode]:
-    children: list[cst.CSTNode] = []
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The child nodes a rule can care about, in source order (no whitespace or punctuation)."""
+    found: list[cst.CSTNode] = []
     for name in _child_fields(type(node)):
         value = getattr(node, name)
         if _is_node(value):
-            children.append(value)
+            found.append(value)
         elif isinstance(value, (tuple, list)):
-            children.extend(v for v in value if _is_node(v))
-    return children
+            found.extend(v for v in value if _is_node(v))
+    return found
 
 
 _LEAVE, _BODY_START, _BODY_END = object(), object(), object()
@@ -131,4 +132,4 @@ def walk(module: cst.Module, ctx: Context, visitors: Handlers, leavers: Handlers
                 tail.append((None, node.test))
             stack.extend(tail)
         else:
-            stack.extend((None, child) for child in reversed(_children(node)))
+            stack.extend((None, child) for child in reversed(children(node)))
