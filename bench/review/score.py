@@ -1,0 +1,194 @@
+"""Re-run memlint on the review corpus and score it against the hand verdicts.
+
+The corpus is public PyTorch repositories pinned to a commit (`repos/*.csv`,
+one file per reviewer's batch, rows `repo,commit,kind`);
+each one's verdicts are in `verdicts/<owner>+<name>.csv`, one row per judged
+finding (`path,line,code,verdict,reason`, verdict TRUE / FALSE / DEBATABLE)
+and one per known miss (verdict MISSED: memlint should flag that line).
+A finding no row judges is *unjudged*: new reasoning produced it, and someone
+must read it before the figures mean anything.
+
+The repositories' code is never committed: each is exported from a git
+snapshot (the `fetch` tool's `/work/.mirror/<owner>+<name>/repo`) into the
+git-ignored `.review/` folder.
+
+    python bench/review/score.py                    # the table, per rule
+    python bench/review/score.py --unjudged         # also list findings nobody judged yet
+    python bench/review/score.py --repo kuangliu/pytorch-cifar --findings
+    python bench/review/score.py --save after.json  # keep the run for a before/after table
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+VERDICTS = ("TRUE", "FALSE", "DEBATABLE")
+MISSED = "MISSED"
+
+
+@dataclass(frozen=True)
+class Repo:
+    name: str  # owner/name
+    commit: str
+    kind: str
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace("/", "+")
+
+
+def read_repos() -> list[Repo]:
+    repos = []
+    for listing in sorted((HERE / "repos").glob("*.csv")):
+        with open(listing, newline="") as handle:
+            repos.extend(Repo(row["repo"], row["commit"], row["kind"])
+                         for row in csv.DictReader(handle))
+    return repos
+
+
+def read_verdicts(repo: Repo) -> list[dict]:
+    path = HERE / "verdicts" / f"{repo.slug}.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row["line"] = int(row["line"])
+        if row["verdict"] not in (*VERDICTS, MISSED):
+            sys.exit(f"{path}: unknown verdict {row['verdict']!r} (line {row['line']})")
+    return rows
+
+
+def export(repo: Repo, mirrors: Path, work: Path) -> Path:
+    """The repository's tree at its commit, exported once from the snapshot."""
+    tree = work / repo.slug
+    stamp = tree / ".memlint-review-commit"
+    if stamp.exists() and stamp.read_text() == repo.commit:
+        return tree
+    git_dir = mirrors / repo.slug / "repo"
+    if not git_dir.exists():
+        sys.exit(f"no snapshot of {repo.name} at {git_dir}: bring it with the fetch tool "
+                 f"(github:{repo.name}) or pass --mirrors")
+    subprocess.run(["rm", "-rf", str(tree)], check=True)
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", repo.commit],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    stamp.write_text(repo.commit)
+    return tree
+
+
+def run_memlint(tree: Path) -> list[dict]:
+    """memlint's findings on the tree, with paths relative to its root."""
+    from memlint import check_paths
+    from memlint.settings import Settings
+
+    report = check_paths([str(tree)], Settings(root=str(tree)), jobs=1)
+    found = []
+    for finding in report.findings:
+        row = finding.to_dict()
+        row["path"] = os.path.relpath(finding.path, tree)
+        found.append(row)
+    for error in report.errors:
+        print(f"memlint failed on {error.path}: {error.message}", file=sys.stderr)
+    return found
+
+
+def score(repos: list[Repo], mirrors: Path, work: Path) -> dict:
+    """Per repository: each finding with its verdict (or None), and the misses."""
+    results = {}
+    for repo in repos:
+        tree = export(repo, mirrors, work)
+        verdicts = read_verdicts(repo)
+        judged = {(v["path"], v["line"], v["code"]): v for v in verdicts if v["verdict"] != MISSED}
+        findings = run_memlint(tree)
+        reported = {(f["path"], f["line"], f["code"]) for f in findings}
+        for finding in findings:
+            verdict = judged.get((finding["path"], finding["line"], finding["code"]))
+            finding["verdict"] = verdict["verdict"] if verdict else None
+            finding["reason"] = verdict["reason"] if verdict else ""
+        lost = [v for key, v in judged.items() if key not in reported]
+        misses = [dict(v, caught=(v["path"], v["line"], v["code"]) in reported)
+                  for v in verdicts if v["verdict"] == MISSED]
+        results[repo.name] = {"commit": repo.commit, "findings": findings,
+                              "no_longer_reported": lost, "misses": misses}
+    return results
+
+
+def table(results: dict) -> str:
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for result in results.values():
+        for finding in result["findings"]:
+            counts[finding["code"]][finding["verdict"] or "unjudged"] += 1
+        for verdict in result["no_longer_reported"]:
+            counts[verdict["code"]][f"gone {verdict['verdict']}"] += 1
+        for miss in result["misses"]:
+            counts[miss["code"]]["missed caught" if miss["caught"] else "missed"] += 1
+    lines = ["| rule | findings | TRUE | FALSE | DEBATABLE | unjudged | precision | "
+             "strict precision | TRUE no longer reported | misses caught |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    total: collections.Counter = collections.Counter()
+    for code in sorted(counts):
+        lines.append(_row(code, counts[code]))
+        total.update(counts[code])
+    lines.append(_row("all", total))
+    return "\n".join(lines)
+
+
+def _row(code: str, c: collections.Counter) -> str:
+    findings = c["TRUE"] + c["FALSE"] + c["DEBATABLE"] + c["unjudged"]
+    precision = _ratio(c["TRUE"], c["TRUE"] + c["FALSE"])
+    strict = _ratio(c["TRUE"], c["TRUE"] + c["FALSE"] + c["DEBATABLE"])
+    misses = c["missed"] + c["missed caught"]
+    return (f"| {code} | {findings} | {c['TRUE']} | {c['FALSE']} | {c['DEBATABLE']} | "
+            f"{c['unjudged']} | {precision} | {strict} | {c['gone TRUE']} | "
+            f"{c['missed caught']}/{misses} |")
+
+
+def _ratio(part: int, whole: int) -> str:
+    return f"{part / whole:.2f}" if whole else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"),
+                        help="where the snapshots are (<owner>+<name>/repo git directories)")
+    parser.add_argument("--work", type=Path, default=ROOT / ".review",
+                        help="where the trees are exported (git-ignored)")
+    parser.add_argument("--repo", action="append", help="only this repository (owner/name)")
+    parser.add_argument("--unjudged", action="store_true",
+                        help="list the findings no verdict covers, as CSV rows to fill in")
+    parser.add_argument("--findings", action="store_true", help="list every finding and its verdict")
+    parser.add_argument("--save", type=Path, help="write the whole run as JSON")
+    args = parser.parse_args(argv)
+
+    repos = read_repos()
+    if args.repo:
+        unknown = set(args.repo) - {r.name for r in repos}
+        if unknown:
+            parser.error(f"not in repos/*.csv: {', '.join(sorted(unknown))}")
+        repos = [r for r in repos if r.name in args.repo]
+    results = score(repos, args.mirrors, args.work)
+    if args.save:
+        args.save.write_text(json.dumps(results, indent=1))
+    for name, result in results.items():
+        for finding in result["findings"]:
+            if args.findings or (args.unjudged and finding["verdict"] is None):
+                print(f"{name}\t{finding['path']},{finding['line']},{finding['code']},"
+                      f"{finding['verdict'] or ''},{finding['reason'] or finding['message'][:90]}")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
