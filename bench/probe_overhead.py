@@ -16,7 +16,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from memlint.engine import check_file  # noqa: E402
-from memlint.settings import Settings  # noqa: E402
+from memlint.engine.settings import Settings  # noqa: E402
 from memlint.verify.processes import run_child  # noqa: E402
 from memlint.verify.runner import _child_env  # noqa: E402
 from tests.verify_helpers import probe_findings  # noqa: E402

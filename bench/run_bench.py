@@ -53,7 +53,7 @@ TORCHFIX = TORCHFIX_VENV / "bin" / "torchfix"
 sys.path.insert(0, str(REPO))
 from memlint.engine import check_file, check_paths, check_source, discover  # noqa: E402
 from memlint.rules import ALL_RULES  # noqa: E402
-from memlint.settings import Settings  # noqa: E402
+from memlint.engine.settings import Settings  # noqa: E402
 
 
 # -- preparing the corpus and TorchFix ----------------------------------------
@@ -197,23 +197,23 @@ def profile_stages(root: str) -> list[tuple[str, float]]:
         return sum(ct for (file, _, name), (_, _, _, ct, _) in stats.items()
                    if predicate(file.replace(os.sep, "/"), name))
 
-    total = cumulative(lambda f, n: n == "check_paths" and f.endswith("memlint/engine.py"))
+    total = cumulative(lambda f, n: n == "check_paths" and f.endswith("memlint/engine/paths.py"))
     parse = cumulative(lambda f, n: n == "parse_module" and "libcst" in f)
-    walk = cumulative(lambda f, n: n == "walk" and f.endswith("memlint/walker.py"))
-    context = cumulative(lambda f, n: f.endswith("memlint/context.py")
+    walk = cumulative(lambda f, n: n == "walk" and f.endswith("memlint/analysis/walker.py"))
+    context = cumulative(lambda f, n: f.endswith("memlint/analysis/context.py")
                          and n in ("enter", "leave", "enter_body", "leave_body"))
     rules = cumulative(lambda f, n: "memlint/rules/" in f
                        and n.startswith(("visit_", "leave_")))
     finish = cumulative(lambda f, n: "memlint/rules/" in f and n == "finish")
-    handlers = cumulative(lambda f, n: n == "handlers_for" and f.endswith("memlint/walker.py"))
-    positions = cumulative(lambda f, n: n == "_place" and f.endswith("memlint/engine.py"))
-    decode = cumulative(lambda f, n: n == "decode" and f.endswith("memlint/engine.py"))
+    handlers = cumulative(lambda f, n: n == "handlers_for" and f.endswith("memlint/analysis/walker.py"))
+    positions = cumulative(lambda f, n: n == "_place" and f.endswith("memlint/engine/source.py"))
+    decode = cumulative(lambda f, n: n == "decode" and f.endswith("memlint/engine/source.py"))
     source_lines, first = inspect.getsourcelines(check_source)
     check_source_lines = range(first, first + len(source_lines))
     prefilter = sum(ct for (file, line, name), (_, _, _, ct, _) in stats.items()
-                    if name == "<genexpr>" and file.endswith("engine.py")
+                    if name == "<genexpr>" and file.endswith("memlint/engine/source.py")
                     and line in check_source_lines)
-    discovery = cumulative(lambda f, n: n == "discover" and f.endswith("memlint/engine.py"))
+    discovery = cumulative(lambda f, n: n == "discover" and f.endswith("memlint/engine/paths.py"))
     stages = [
         ("libcst parse", parse),
         ("walker (traversal itself)", walk - context - rules),

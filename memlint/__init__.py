@@ -2,7 +2,7 @@
 
 from memlint.engine import Report, check_paths, check_source
 from memlint.finding import Finding, InternalError
-from memlint.settings import Settings
+from memlint.engine.settings import Settings
 
 __version__ = "0.1.0"
 __all__ = ["Finding", "InternalError", "Report", "Settings", "check_paths", "check_source",

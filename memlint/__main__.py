@@ -1,3 +1,3 @@
-from memlint.cli import main
+from memlint.cli.main import main
 
 raise SystemExit(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlint.cli import main
+from memlint.cli.main import main
 
 
 def check(capsys, *args: str) -> tuple[int, str, str]:

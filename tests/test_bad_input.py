@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from memlint import check_source
-from memlint.cli import main
+from memlint.cli.main import main
 from memlint.rules import RULES_BY_CODE
 
 FLAGGED = "import torch\n\nstate = torch.load('ckpt.pt')\n"
@@ -67,7 +67,7 @@ def test_a_syntax_error_from_libcst_alone_keeps_its_real_position(monkeypatch):
     """Syntax newer than the running Python: CPython accepts nothing here, libcst decides."""
     import types
 
-    monkeypatch.setattr("memlint.engine.ast", types.SimpleNamespace(parse=lambda source: None))
+    monkeypatch.setattr("memlint.engine.source.ast", types.SimpleNamespace(parse=lambda source: None))
     finding = only_finding("import torch\nx = = torch.load(p)\n")
     # libcst's raw_column is always 0 for its native parser; the message has the column
     assert finding.message.startswith("cannot parse the file: error at 2:6: expected one of")

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from memlint import __version__
-from memlint import pages
-from memlint.cli import main
+from memlint.cli import pages
+from memlint.cli.main import main
 from tests.cli_helpers import check, write
 from memlint.rules import NAMES_BY_CODE, RULES_BY_CODE
 from memlint.rules import ALL_CODES
@@ -272,7 +272,7 @@ def test_rule_pages_ship_in_a_built_wheel(tmp_path):
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
                    check=True, timeout=300, capture_output=True)
     shown = subprocess.run(
-        [str(python), "-c", "import memlint, sys; from memlint.cli import main; "
+        [str(python), "-c", "import memlint, sys; from memlint.cli.main import main; "
                             "print(memlint.__file__, file=sys.stderr); main(['rule', 'MEM007'])"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert shown.returncode == 0, shown.stderr

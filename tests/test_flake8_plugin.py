@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from memlint import check_paths, check_source
-from memlint.flake8_plugin import MemlintChecker
+from memlint.cli.flake8_plugin import MemlintChecker
 from tests.expectations import FIXTURES, fixture_files
 
 FORMAT = "%(path)s:%(row)d:%(col)d: %(code)s %(text)s"
@@ -145,7 +145,7 @@ def test_editors_parse_flake8_output_to_memlint_positions(editor):
 
 def test_a_memlint_crash_is_one_finding_per_file_and_flake8_goes_on(tmp_path, monkeypatch, capsys):
     """flake8 aborts the whole run when a plugin raises; the editor would show nothing."""
-    import memlint.flake8_plugin as plugin
+    import memlint.cli.flake8_plugin as plugin
     from flake8.main.cli import main as flake8_main
 
     from memlint.engine import RuleCrash

@@ -6,10 +6,10 @@ import textwrap
 
 import libcst as cst
 
-from memlint.context import Context
-from memlint.module_index import ModuleIndex
-from memlint.names import ImportTable
-from memlint.walker import handlers_for, walk
+from memlint.analysis.context import Context
+from memlint.analysis.module_index import ModuleIndex
+from memlint.analysis.names import ImportTable
+from memlint.analysis.walker import handlers_for, walk
 
 
 def index_of(source: str) -> ModuleIndex:

@@ -14,7 +14,7 @@ import pytest
 
 from memlint import Settings, check_paths
 from memlint.engine import RuleCrash, check_file
-from memlint.notebook import check_notebook, check_notebook_source, python_lines
+from memlint.engine.notebook import check_notebook, check_notebook_source, python_lines
 from tests.expectations import FIXTURES, fixture_files
 
 NOTEBOOKS = fixture_files(".ipynb")
@@ -191,7 +191,7 @@ def test_a_rule_crash_in_a_notebook_is_an_internal_error_not_a_traceback(tmp_pat
     def crash(*args, **kwargs):
         raise RuleCrash("boom")
 
-    monkeypatch.setattr("memlint.notebook.check_source", crash)
+    monkeypatch.setattr("memlint.engine.notebook.check_source", crash)
     path = tmp_path / "nb.ipynb"
     path.write_text(notebook_text("import torch\n"))
     findings, error = check_file(str(path), Settings())

@@ -6,7 +6,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from memlint.positions import positions_of
+from memlint.engine.positions import positions_of
 from tests.expectations import FIXTURES, fixture_files
 
 SHAPES = {

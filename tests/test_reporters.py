@@ -11,7 +11,7 @@ import pytest
 from memlint import __version__
 from memlint.engine import Report
 from memlint.finding import Finding, InternalError
-from memlint.reporters import github, json_format, sarif, text
+from memlint.cli.reporters import github, json_format, sarif, text
 
 FINDING = Finding(path="src/train.py", line=3, column=9, code="MEM007", end_line=3,
                   end_column=34, name="load-without-map-location",

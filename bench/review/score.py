@@ -91,7 +91,7 @@ def export(repo: Repo, mirrors: Path, work: Path) -> Path:
 def run_memlint(tree: Path) -> list[dict]:
     """memlint's findings on the tree, with paths relative to its root."""
     from memlint import check_paths
-    from memlint.settings import Settings
+    from memlint.engine.settings import Settings
 
     report = check_paths([str(tree)], Settings(root=str(tree)), jobs=1)
     found = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from memlint.rule import Rule
+from memlint.rules.base import Rule
 
 SYNTAX_ERROR_CODE = "MEM000"
 SYNTAX_ERROR_NAME = "syntax-error"

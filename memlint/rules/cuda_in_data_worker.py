@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from memlint.devices import creates_on_cuda, moves_to_cuda
-from memlint.module_index import FunctionInfo, ModuleIndex
-from memlint.names import call_arg, dotted_name, has_star_args, has_star_kwargs
-from memlint.rule import Rule
+from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
+from memlint.analysis.module_index import FunctionInfo, ModuleIndex
+from memlint.analysis.names import call_arg, dotted_name, has_star_args, has_star_kwargs
+from memlint.rules.base import Rule
 
 _LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 #: Dataset methods that run in the worker processes, once per sample or batch.

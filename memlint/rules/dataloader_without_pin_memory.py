@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from memlint.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
-from memlint.names import call_arg, has_star_kwargs
-from memlint.rule import Rule
+from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
+from memlint.analysis.names import call_arg, has_star_kwargs
+from memlint.rules.base import Rule
 
 _DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 _SET_DEFAULT_DEVICE = {"torch.set_default_device"}

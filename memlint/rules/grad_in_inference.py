@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.module_index import ModuleIndex
-from memlint.names import call_arg, dotted_name
-from memlint.rule import Rule
+from memlint.analysis.module_index import ModuleIndex
+from memlint.analysis.names import call_arg, dotted_name
+from memlint.rules.base import Rule
 
 #: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
 _INFERENCE_WORDS = {"eval", "evaluate", "evaluation", "validate", "validation", "valid", "val",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from memlint.rule import Rule
+from memlint.rules.base import Rule
 
 #: Context managers that change grad mode only while entered. `set_grad_enabled`
 #: is missing on purpose: called as a plain function it switches the mode.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from memlint.names import call_arg
-from memlint.rule import Rule
+from memlint.analysis.names import call_arg
+from memlint.rules.base import Rule
 
 _LOADERS = {"torch.load", "torch.serialization.load"}
 

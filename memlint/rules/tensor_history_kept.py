@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.autograd_values import AutogradValues, Value, names_in
-from memlint.names import dotted_name
-from memlint.rule import Rule
+from memlint.analysis.autograd_values import AutogradValues, Value, names_in
+from memlint.analysis.names import dotted_name
+from memlint.rules.base import Rule
 
 _STORING_METHODS = {"append": "append", "extend": "extend with", "insert": "insert",
                     "appendleft": "append"}

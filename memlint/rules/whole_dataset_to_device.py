@@ -6,9 +6,9 @@ import re
 
 import libcst as cst
 
-from memlint.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
-from memlint.names import dotted_name
-from memlint.rule import Rule
+from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
+from memlint.analysis.names import dotted_name
+from memlint.rules.base import Rule
 
 _TENSOR_TYPES = ("Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
                  "LongTensor", "IntTensor", "ShortTensor", "ByteTensor", "CharTensor",

@@ -12,9 +12,9 @@ import os
 import re
 import sys
 
-from memlint.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
+from memlint.cli.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
                             load_settings, parse_codes)
-from memlint.settings import Settings
+from memlint.engine.settings import Settings
 
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,

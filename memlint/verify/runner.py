@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from memlint.engine import check_file, discover
 from memlint.finding import Finding
-from memlint.settings import Settings
+from memlint.engine.settings import Settings
 from memlint.verify.instrument import is_runnable
 from memlint.verify.judges import CONFIRMED, ERROR, Judgement, RunFacts, judge
 from memlint.verify.processes import ContextWatcher, run_child

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from memlint.engine import Report
 from memlint.finding import Finding
-from memlint.pages import summary
+from memlint.cli.pages import summary
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
 INFORMATION_URI = "https://github.com/memlint/memlint"

@@ -17,10 +17,10 @@ from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
 from memlint import __version__
-from memlint.config import ConfigError, find_pyproject, load_settings
+from memlint.cli.config import ConfigError, find_pyproject, load_settings
 from memlint.engine import RuleCrash, check_source
 from memlint.rules import SYNTAX_ERROR_CODE
-from memlint.settings import Settings
+from memlint.engine.settings import Settings
 
 _Result = tuple[int, int, str, type]
 _STDIN_NAMES = ("stdin", "-")

@@ -1,4 +1,4 @@
-"""check_source / check_paths: the one engine behind the CLI, flake8, pre-commit and verify.
+"""check_source: one file's text to its findings, the step every surface shares.
 
 Per file: a text pre-filter picks the rules whose keywords occur (a file no
 selected rule can fire on is never parsed), one libcst parse, one walk for all
@@ -9,28 +9,23 @@ from __future__ import annotations
 
 import ast
 import gc
-import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.context import Context
+from memlint.analysis.context import Context
 from memlint.finding import Finding, InternalError
-from memlint.names import ImportTable
-from memlint.positions import positions_of
+from memlint.analysis.names import ImportTable
+from memlint.engine.positions import positions_of
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
-from memlint.settings import Settings
-from memlint.suppression import is_suppressed, skips_file
-from memlint.walker import handlers_for, walk
+from memlint.engine.settings import Settings
+from memlint.engine.suppression import is_suppressed, skips_file
+from memlint.analysis.walker import handlers_for, walk
 
-PYTHON_SUFFIXES = (".py", ".pyi")
 #: Python's line ends; str.splitlines() also splits on form feeds and others.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-NOTEBOOK_SUFFIX = ".ipynb"
 
 
 class RuleCrash(Exception):
@@ -271,100 +266,3 @@ def decode(data: bytes) -> str:
         encoding = "utf-8"
     text = data.decode(encoding)
     return text[1:] if text.startswith("\ufeff") else text
-
-
-# -- many files ---------------------------------------------------------------
-
-@dataclass
-class Report:
-    """What `check_paths` found: findings sorted by path, line, column, code;
-    internal errors (memlint's own failures) kept apart so callers exit 2."""
-
-    findings: list[Finding] = field(default_factory=list)
-    errors: list[InternalError] = field(default_factory=list)
-    files: int = 0
-
-
-def check_file(path: str, settings: Settings) -> tuple[list[Finding], InternalError | None]:
-    """One file from disk; never raises."""
-    try:
-        if path.endswith(NOTEBOOK_SUFFIX):
-            from memlint.notebook import check_notebook
-            return check_notebook(path, settings), None
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        return [syntax_error(path, 1, 1, f"cannot read the file: {error.strerror or error}")], None
-    except RuleCrash as crash:  # from a notebook's cells
-        return [], InternalError(path, str(crash))
-    try:
-        return check_source(data, path, settings), None
-    except RuleCrash as crash:
-        return [], InternalError(path, str(crash))
-    except Exception as error:  # memlint's own bug: report it for this file, check the rest
-        return [], InternalError(path, f"{type(error).__name__}: {error}")
-
-
-def _check_chunk(args: tuple[list[str], Settings]):
-    paths, settings = args
-    return [check_file(p, settings) for p in paths]
-
-
-def check_paths(paths: Iterable[str], settings: Settings | None = None,
-                jobs: int | None = None) -> Report:
-    """Check files and directories (recursing, honouring excludes) in parallel."""
-    settings = settings or Settings()
-    files = sorted(set(discover(paths, settings)))
-    report = Report(files=len(files))
-    jobs = jobs or os.cpu_count() or 1
-    results: Iterator[tuple[list[Finding], InternalError | None]]
-    if jobs <= 1 or len(files) < 4:
-        results = (check_file(p, settings) for p in files)
-        for findings, error in results:
-            _collect(report, findings, error)
-    else:
-        chunks = [files[i::jobs * 4] for i in range(jobs * 4)]
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for chunk in pool.map(_check_chunk, [(c, settings) for c in chunks if c]):
-                for findings, error in chunk:
-                    _collect(report, findings, error)
-    report.findings.sort()
-    report.errors.sort(key=lambda e: e.path)
-    return report
-
-
-def _collect(report: Report, findings: Sequence[Finding], error: InternalError | None) -> None:
-    report.findings.extend(findings)
-    if error is not None:
-        report.errors.append(error)
-
-
-def discover(paths: Iterable[str], settings: Settings) -> Iterator[str]:
-    """Python files and notebooks under `paths`. A file named explicitly is
-    always checked; excludes apply to what a directory walk finds."""
-    for path in paths:
-        if os.path.isdir(path):
-            yield from _walk_directory(path, settings)
-        else:
-            yield path
-
-
-def _walk_directory(top: str, settings: Settings) -> Iterator[str]:
-    seen: set[tuple[int, int]] = set()
-    for root, dirs, files in os.walk(top, followlinks=True):
-        try:
-            stat = os.stat(root)
-        except OSError:
-            dirs[:] = []
-            continue
-        if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop
-            dirs[:] = []
-            continue
-        seen.add((stat.st_dev, stat.st_ino))
-        dirs[:] = sorted(d for d in dirs if not settings.is_excluded(os.path.join(root, d)))
-        for name in sorted(files):
-            if name.endswith((*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)):
-                full = os.path.join(root, name)
-                if not settings.is_excluded(full):
-                    yield full
-

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from memlint.rules import ALL_CODES, ALL_RULES, SYNTAX_ERROR_CODE
-from memlint.settings import Settings
+from memlint.engine.settings import Settings
 
 if sys.version_info >= (3, 11):
     import tomllib

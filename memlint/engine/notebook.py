@@ -28,10 +28,10 @@ import re
 import warnings
 from dataclasses import dataclass, replace
 
-from memlint.engine import check_source, syntax_error
+from memlint.engine.source import check_source, syntax_error
 from memlint.finding import Finding
 from memlint.rules import SYNTAX_ERROR_CODE
-from memlint.settings import Settings
+from memlint.engine.settings import Settings
 
 #: Cell magics whose body is Python; any other cell magic (`%%bash`,
 #: `%%writefile`, `%%html`, ...) makes the whole cell something else.

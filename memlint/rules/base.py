@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import libcst as cst
 
-from memlint.context import Context
+from memlint.analysis.context import Context
 
 
 class Rule:

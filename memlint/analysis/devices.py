@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from memlint.context import Context
-from memlint.names import call_arg, dotted_name
+from memlint.analysis.context import Context
+from memlint.analysis.names import call_arg, dotted_name
 
 #: Names that hold the training device in real code when their binding is not visible.
 CONVENTIONAL_DEVICE_NAMES = {"device", "dev", "cuda_device", "gpu", "self.device",

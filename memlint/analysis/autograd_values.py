@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from memlint.context import BindingSite, Context
-from memlint.names import dotted_name
-from memlint.walker import children as children_of
+from memlint.analysis.context import BindingSite, Context
+from memlint.analysis.names import dotted_name
+from memlint.analysis.walker import children as children_of
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Literal, Optional, get_origin
 
 import libcst as cst
 
-from memlint.context import Context
+from memlint.analysis.context import Context
 
 _SKIPPED_FIELDS = {"lpar", "rpar", "leading_lines", "lines_after_decorators", "header",
                    "footer", "comma", "semicolon", "equal", "colon", "dot", "star",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from memlint.rules import NAMES_BY_CODE, RULES_BY_CODE, SYNTAX_ERROR_CODE
 
-_CHECKOUT_PAGES = Path(__file__).resolve().parent.parent / "rules"
+_CHECKOUT_PAGES = Path(__file__).resolve().parents[2] / "rules"
 
 
 def resolve_code(code_or_name: str) -> str | None:

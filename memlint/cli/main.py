@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from concurrent.futures.process import BrokenProcessPool
 
 from memlint import __version__
-from memlint.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
+from memlint.cli.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
                             load_settings, parse_codes)
 from memlint.engine import Report, RuleCrash, check_paths, check_source
 from memlint.finding import InternalError
-from memlint.reporters import FORMATS, statistics
+from memlint.cli.reporters import FORMATS, statistics
 from memlint.rules import NAMES_BY_CODE
-from memlint.settings import Settings
+from memlint.engine.settings import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 _MACHINE_FORMATS = ("json", "sarif")
@@ -212,7 +212,7 @@ def _write(text: str) -> None:
 # -- rules and rule pages -----------------------------------------------------------
 
 def _list_rules() -> int:
-    from memlint.pages import summary
+    from memlint.cli.pages import summary
 
     rows = [(code, name, summary(code)) for code, name in NAMES_BY_CODE.items()]
     width = max(len(name) for _, name, _ in rows)
@@ -221,7 +221,7 @@ def _list_rules() -> int:
 
 
 def _show_rule(code_or_name: str) -> int:
-    from memlint.pages import page, resolve_code
+    from memlint.cli.pages import page, resolve_code
 
     code = resolve_code(code_or_name)
     if code is None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.context import Context
-from memlint.names import dotted_name
+from memlint.analysis.context import Context
+from memlint.analysis.names import dotted_name
 
 _PARTIAL = {"functools.partial", "functools.partialmethod"}
 

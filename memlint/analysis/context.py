@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.names import ImportTable, dotted_name
+from memlint.analysis.names import ImportTable, dotted_name
 
 _GRAD_OFF = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
              "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}

@@ -1,0 +1,12 @@
+"""The engine: one parse and one walk per file, many files in parallel.
+
+Front ends (the CLI, the flake8 plugin, verify) call it; it runs the rules,
+which ask the analyses.
+"""
+
+from memlint.engine.paths import (NOTEBOOK_SUFFIX, PYTHON_SUFFIXES, Report, check_file,
+                                  check_paths, discover)
+from memlint.engine.source import RuleCrash, check_source, decode, syntax_error
+
+__all__ = ["NOTEBOOK_SUFFIX", "PYTHON_SUFFIXES", "Report", "RuleCrash", "check_file",
+           "check_paths", "check_source", "decode", "discover", "syntax_error"]
