@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, order=True)
@@ -23,10 +24,14 @@ class Finding:
     message: str
     cell: int | None = None
     cell_line: int | None = None
+    #: a `memlint.analysis.project.Condition` still to be decided once every
+    #: file of the project is known (None: the finding stands)
+    unless: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
         """The JSON shape: the fields of DESIGN.md, plus the cell for notebooks."""
         data = asdict(self)
+        del data["unless"]
         if self.cell is None:
             del data["cell"], data["cell_line"]
         return data

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from memlint.analysis.project import ModuleFacts, Project, module_name
 
 from memlint.engine.settings import Settings
-from memlint.engine.source import RuleCrash, check_source, syntax_error
+from memlint.engine.source import RuleCrash, analyse_source, syntax_error
 from memlint.finding import Finding, InternalError
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -24,68 +27,86 @@ class Report:
     files: int = 0
 
 
+class FileResult(NamedTuple):
+    """One file's findings (some may wait on the project: `Finding.unless`),
+    memlint's own failure on it if any, and the facts it gives the project."""
+
+    findings: list[Finding]
+    error: InternalError | None = None
+    facts: ModuleFacts | None = None
+
+
 def check_file(path: str, settings: Settings) -> tuple[list[Finding], InternalError | None]:
-    """One file from disk; never raises."""
+    """One file from disk, judged on what it shows; never raises."""
+    result = analyse_file(path, settings)
+    return Project([result.facts]).settle(result.findings), result.error
+
+
+def analyse_file(path: str, settings: Settings, root: str | None = None) -> FileResult:
+    """One file from disk as part of the project under `root`; never raises."""
     try:
         if path.endswith(NOTEBOOK_SUFFIX):
             from memlint.engine.notebook import check_notebook
-            return check_notebook(path, settings), None
+            return FileResult(check_notebook(path, settings))  # a notebook is a program of its own
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as error:
-        return [syntax_error(path, 1, 1, f"cannot read the file: {error.strerror or error}")], None
+        return FileResult([syntax_error(path, 1, 1,
+                                        f"cannot read the file: {error.strerror or error}")])
     except RuleCrash as crash:  # from a notebook's cells
-        return [], InternalError(path, str(crash))
+        return FileResult([], InternalError(path, str(crash)))
     try:
-        return check_source(data, path, settings), None
+        findings, facts = analyse_source(data, path, settings, module=module_name(path, root))
+        return FileResult(findings, None, facts)
     except RuleCrash as crash:
-        return [], InternalError(path, str(crash))
+        return FileResult([], InternalError(path, str(crash)))
     except Exception as error:  # memlint's own bug: report it for this file, check the rest
-        return [], InternalError(path, f"{type(error).__name__}: {error}")
+        return FileResult([], InternalError(path, f"{type(error).__name__}: {error}"))
 
 
-def _check_chunk(args: tuple[list[str], Settings]):
-    paths, settings = args
-    return [check_file(p, settings) for p in paths]
+def _check_chunk(args: tuple[list[str], Settings, dict[str, str]]) -> list[FileResult]:
+    paths, settings, roots = args
+    return [analyse_file(p, settings, roots.get(p)) for p in paths]
 
 
 def check_paths(paths: Iterable[str], settings: Settings | None = None,
                 jobs: int | None = None) -> Report:
     """Check files and directories (recursing, honouring excludes) in parallel."""
     settings = settings or Settings()
-    files = sorted(set(discover(paths, settings)))
+    roots = dict(discover_with_roots(paths, settings))
+    files = sorted(roots)
     report = Report(files=len(files))
     jobs = jobs or os.cpu_count() or 1
-    results: Iterator[tuple[list[Finding], InternalError | None]]
+    results: list[FileResult] = []
     if jobs <= 1 or len(files) < 4:
-        results = (check_file(p, settings) for p in files)
-        for findings, error in results:
-            _collect(report, findings, error)
+        results = [analyse_file(p, settings, roots[p]) for p in files]
     else:
         chunks = [files[i::jobs * 4] for i in range(jobs * 4)]
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for chunk in pool.map(_check_chunk, [(c, settings) for c in chunks if c]):
-                for findings, error in chunk:
-                    _collect(report, findings, error)
-    report.findings.sort()
-    report.errors.sort(key=lambda e: e.path)
+            for chunk in pool.map(_check_chunk, [(c, settings, roots) for c in chunks if c]):
+                results.extend(chunk)
+    project = Project(result.facts for result in results)
+    report.findings = project.settle(f for result in results for f in result.findings)
+    report.errors = sorted((r.error for r in results if r.error is not None), key=lambda e: e.path)
     return report
-
-
-def _collect(report: Report, findings: Sequence[Finding], error: InternalError | None) -> None:
-    report.findings.extend(findings)
-    if error is not None:
-        report.errors.append(error)
 
 
 def discover(paths: Iterable[str], settings: Settings) -> Iterator[str]:
     """Python files and notebooks under `paths`. A file named explicitly is
     always checked; excludes apply to what a directory walk finds."""
+    for path, _ in discover_with_roots(paths, settings):
+        yield path
+
+
+def discover_with_roots(paths: Iterable[str], settings: Settings) -> Iterator[tuple[str, str | None]]:
+    """`discover`, with the directory each file was found under (its module
+    name is relative to it); None for a file named on its own."""
     for path in paths:
         if os.path.isdir(path):
-            yield from _walk_directory(path, settings)
+            for found in _walk_directory(path, settings):
+                yield found, path
         else:
-            yield path
+            yield path, None
 
 
 def _walk_directory(top: str, settings: Settings) -> Iterator[str]:

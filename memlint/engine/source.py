@@ -16,13 +16,15 @@ from contextlib import contextmanager
 import libcst as cst
 
 from memlint.analysis.context import Context
-from memlint.finding import Finding, InternalError
 from memlint.analysis.names import ImportTable
+from memlint.analysis.project import (FactCollector, ModuleFacts, Project, mentions_cuda,
+                                      module_name)
+from memlint.analysis.walker import handlers_for, walk
 from memlint.engine.positions import positions_of
-from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
 from memlint.engine.suppression import is_suppressed, skips_file
-from memlint.analysis.walker import handlers_for, walk
+from memlint.finding import Finding, InternalError
+from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
 #: Python's line ends; str.splitlines() also splits on form feeds and others.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -34,33 +36,47 @@ class RuleCrash(Exception):
 
 def check_source(source: str | bytes, path: str = "<stdin>",
                  settings: Settings | None = None, noqa: bool = True) -> list[Finding]:
-    """Findings for one file's text. Raises `RuleCrash` if a rule fails.
+    """Findings for one file's text, judged on what that file shows. Raises
+    `RuleCrash` if a rule fails.
 
     `noqa=False` reports findings that `# noqa` comments would hide (flake8's
     `--disable-noqa`)."""
+    findings, facts = analyse_source(source, path, settings, noqa)
+    return Project([facts]).settle(findings)
+
+
+def analyse_source(source: str | bytes, path: str, settings: Settings | None = None,
+                   noqa: bool = True, module: str | None = None,
+                   ) -> tuple[list[Finding], ModuleFacts | None]:
+    """One file's findings, some still waiting on the rest of the project
+    (`Finding.unless`), and the facts this file gives the project (None when
+    it could not be read). `module` is its dotted name in the project."""
     settings = settings or Settings()
     selected = settings.selected_codes(path)
     if isinstance(source, bytes):
         try:
             source = decode(source)
         except UnicodeDecodeError as error:
-            return [_decode_failure(path, source, error)]
+            return [_decode_failure(path, source, error)], None
     if skips_file(source):
-        return []
+        return [], None
+    facts = ModuleFacts(path, module_name(path) if module is None else module,
+                        mentions_cuda(source))
     rule_types = [r for r in ALL_RULES
                   if r.code in selected and any(k in source for k in r.keywords)]
     if not rule_types:
-        return _syntax_check_only(source, path)
+        return _syntax_check_only(source, path), facts
     with _collector_paused():
-        return _check_parsed(source, path, settings, noqa, rule_types)
+        return _check_parsed(source, path, settings, noqa, rule_types, facts), facts
 
 
 def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
-                  rule_types: list) -> list[Finding]:
+                  rule_types: list, facts: ModuleFacts) -> list[Finding]:
     module = _parse(source, path)
     if isinstance(module, Finding):
         return [module]
     ctx = Context(ImportTable(), path)
+    ctx.analyses[FactCollector] = FactCollector(ctx, facts)
     rules = [r(ctx, settings.rule_options.get(r.code)) for r in rule_types]
     walkers = [*ctx.analyses.values(), *rules]  # shared analyses first
     try:
@@ -73,8 +89,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         raise RuleCrash(f"{type(error).__name__}: {error}") from error
     finally:
         ctx.close()
-    reports = [(rule, node, stmt, message) for rule in rules
-               for node, stmt, message in rule.reports]
+    reports = [(rule, *report) for rule in rules for report in rule.reports]
     if not reports:
         return []
     try:
@@ -131,11 +146,11 @@ def _parse(source: str, path: str) -> cst.Module | Finding:
 def _place(module: cst.Module, source: str, path: str, reports,
            noqa: bool = True) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
-    wanted = [n for _, node, stmt, _ in reports for n in (node, stmt) if n is not None]
+    wanted = [n for _, node, stmt, _, _ in reports for n in (node, stmt) if n is not None]
     positions = positions_of(module, wanted)
     lines = _LINE_BREAK.split(source)
     findings = set()
-    for rule, node, stmt, message in reports:
+    for rule, node, stmt, message, unless in reports:
         span = positions[id(node)]
         statement = positions.get(id(stmt))
         line, column = span.start.line, span.start.column
@@ -149,7 +164,7 @@ def _place(module: cst.Module, source: str, path: str, reports,
             continue
         findings.add(Finding(path=path, line=line, column=column + 1, code=rule.code,
                              end_line=span.end.line, end_column=span.end.column + 1,
-                             name=rule.name, message=message))
+                             name=rule.name, message=message, unless=unless))
     return sorted(findings)
 
 

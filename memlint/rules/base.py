@@ -14,6 +14,7 @@ from typing import ClassVar
 import libcst as cst
 
 from memlint.analysis.context import Context
+from memlint.analysis.project import Condition
 
 
 class Rule:
@@ -28,13 +29,14 @@ class Rule:
     def __init__(self, ctx: Context, options: dict | None = None) -> None:
         self.ctx = ctx
         self.options = options or {}
-        self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str]] = []
+        self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str, Condition | None]] = []
 
     def report(self, node: cst.CSTNode, message: str,
-               statement: cst.CSTNode | None = None) -> None:
+               statement: cst.CSTNode | None = None, unless: Condition | None = None) -> None:
         """Flag `node`; the finding is placed on the first line of its statement
-        (pass `statement`, kept from the visit, when reporting from `finish()`)."""
-        self.reports.append((node, statement or self.statement(), message))
+        (pass `statement`, kept from the visit, when reporting from `finish()`).
+        `unless` names what, known once the whole project is walked, drops it."""
+        self.reports.append((node, statement or self.statement(), message, unless))
 
     def statement(self) -> cst.CSTNode | None:
         """The innermost statement enclosing the current node."""

@@ -170,7 +170,7 @@ class TensorHistoryKept(Rule):
                 continue
             if not frame.calls_backward and not store.in_data_loop:
                 continue  # loss terms summed over heads or scales, for a backward elsewhere
-            self.reports.append((store.node, store.statement, store.message))
+            self.report(store.node, store.message, store.statement)
 
     def _is_model_code(self, node: cst.FunctionDef) -> bool:
         name = node.name.value

@@ -1,0 +1,147 @@
+"""Facts that cross files, and the findings that wait on them.
+
+Real code answers a rule's question in another file: `evaluate()` in
+`utils.py` is called under `no_grad` from `train.py`; a project that never
+mentions CUDA runs on the CPU. During each file's one walk, `ModuleFacts`
+records what other files may need to know of it (small, picklable: no tree
+nodes, so it crosses process boundaries). A rule that cannot decide alone
+reports with a `Condition`; once every file is walked, `Project` holds all
+the facts and drops the findings whose condition says so. A file checked
+alone (stdin, flake8, pre-commit) is a project of one: it is judged on what
+it shows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+import libcst as cst
+
+from memlint.analysis.context import Context
+from memlint.analysis.names import dotted_name
+from memlint.finding import Finding
+
+#: Text that shows a file may put something on a CUDA device.
+_CUDA_TEXT = re.compile(r"cuda|accelerator|\.to\(\s*0\s*[,)]|set_default_device|local_rank",
+                        re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CallFact:
+    """A call of a project function from this file: the callee as this file
+    names it through its imports (`utils.evaluate`, `.utils.evaluate`,
+    `evaluate`), and the grad mode in force at the call."""
+
+    callee: str
+    grad_disabled: bool
+
+
+@dataclass
+class ModuleFacts:
+    """What one file tells the rest of the project."""
+
+    path: str
+    module: str  # dotted name under the checked root: `src.utils`
+    mentions_cuda: bool
+    calls: list[CallFact] = field(default_factory=list)
+
+
+def module_name(path: str, root: str | None = None) -> str:
+    """`src/utils.py` -> `src.utils`; a package's `__init__.py` is the package."""
+    relative = os.path.relpath(path, root) if root else os.path.basename(path)
+    stem = os.path.splitext(relative)[0].replace(os.sep, "/")
+    parts = [p for p in stem.split("/") if p not in ("", ".", "..")]
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def mentions_cuda(source: str) -> bool:
+    return _CUDA_TEXT.search(source) is not None
+
+
+class FactCollector:
+    """Gathers a file's `ModuleFacts` during the walk (an analysis the engine
+    walks before the rules, like the module index)."""
+
+    def __init__(self, ctx: Context, facts: ModuleFacts) -> None:
+        self.ctx = ctx
+        self.facts = facts
+
+    @classmethod
+    def of(cls, ctx: Context) -> FactCollector | None:
+        return ctx.analyses.get(cls)  # type: ignore[return-value]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        callee = self.ctx.names.qualify(node.func) or dotted_name(node.func)
+        if callee is None or callee.startswith(("self.", "cls.", "torch.")):
+            return
+        self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled))
+
+
+class Condition:
+    """Why a finding may not hold, decided once the whole project is known."""
+
+    def drops(self, project: Project) -> bool:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class UnlessProjectOnCpu(Condition):
+    """The finding only matters on a GPU: dropped when no file of the project
+    mentions CUDA (nor an accelerator, nor a local rank)."""
+
+    def drops(self, project: Project) -> bool:
+        return not project.mentions_cuda
+
+
+@dataclass(frozen=True)
+class UnlessCallersDisableGrad(Condition):
+    """An inference function with no caller in its own file: dropped when the
+    project calls it, and every such call runs with grad disabled."""
+
+    module: str
+    function: str
+
+    def drops(self, project: Project) -> bool:
+        sites = project.calls_of(self.module, self.function)
+        return bool(sites) and all(site.grad_disabled for site in sites)
+
+
+class Project:
+    """Every file's facts, with the queries conditions ask."""
+
+    def __init__(self, facts: Iterable[ModuleFacts]) -> None:
+        self.modules = [f for f in facts if f is not None]
+        self.mentions_cuda = any(f.mentions_cuda for f in self.modules)
+
+    def settle(self, findings: Iterable[Finding]) -> list[Finding]:
+        """The findings that stand once the project is known, sorted."""
+        return sorted(replace(f, unless=None) for f in findings
+                      if f.unless is None or not f.unless.drops(self))
+
+    def calls_of(self, module: str, function: str) -> list[CallFact]:
+        """Calls from other files that name `module.function` through an
+        import (`from utils import evaluate`, `import pkg.utils as u`,
+        `from .utils import evaluate`); matched on the module path's tail, as
+        the root a file was imported from is not known."""
+        found = []
+        parts = module.split(".")
+        for facts in self.modules:
+            if facts.module == module:
+                continue  # the file's own calls were judged by its module index
+            for call in facts.calls:
+                owner, _, name = call.callee.rpartition(".")
+                if name == function and owner and _same_module(owner.lstrip(".").split("."), parts):
+                    found.append(call)
+        return found
+
+
+def _same_module(named: list[str], defined: list[str]) -> bool:
+    """`utils` names `src.utils`, `src.utils` names `utils` (checked from
+    another root): one dotted path is a tail of the other."""
+    shorter = min(len(named), len(defined))
+    return shorter > 0 and named[-shorter:] == defined[-shorter:]
