@@ -34,6 +34,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 VERDICTS = ("TRUE", "FALSE", "DEBATABLE")
 MISSED = "MISSED"
+#: what memlint checks, plus the project markers its project facts look for
+CHECKED_SUFFIXES = (".py", ".pyi", ".ipynb", "pyproject.toml", "setup.py", "setup.cfg")
 
 
 @dataclass(frozen=True)
@@ -76,22 +78,34 @@ def export(repo: Repo, mirrors: Path, work: Path) -> Path:
     if stamp.exists() and stamp.read_text() == repo.commit:
         return tree
     git_dir = mirrors / repo.slug / "repo"
+    if (git_dir / ".git").is_dir():
+        git_dir = git_dir / ".git"  # a snapshot that came with its work tree's layout
     if not git_dir.exists():
         sys.exit(f"no snapshot of {repo.name} at {git_dir}: bring it with the fetch tool "
                  f"(github:{repo.name}) or pass --mirrors")
     subprocess.run(["rm", "-rf", str(tree)], check=True)
     tree.mkdir(parents=True)
-    archive = subprocess.run(["git", f"--git-dir={git_dir}", "archive", repo.commit],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    git = ["git", f"--git-dir={git_dir}"]
+    listing = subprocess.run([*git, "ls-tree", "-r", "-z", repo.commit], check=True,
+                             capture_output=True).stdout.decode("utf-8", "surrogateescape")
+    for entry in filter(None, listing.split("\0")):
+        meta, path = entry.split("\t", 1)
+        mode, kind, blob = meta.split()
+        if kind != "blob" or mode == "120000" or not path.endswith(CHECKED_SUFFIXES):
+            continue
+        # snapshots lack their largest files: only what memlint reads is needed
+        content = subprocess.run([*git, "cat-file", "blob", blob], capture_output=True)
+        if content.returncode == 0:
+            target = tree / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content.stdout)
     stamp.write_text(repo.commit)
     return tree
 
 
 def run_memlint(tree: Path) -> list[dict]:
     """memlint's findings on the tree, with paths relative to its root."""
-    from memlint import check_paths
-    from memlint.engine.settings import Settings
+    from memlint import Settings, check_paths  # the same names in every version
 
     report = check_paths([str(tree)], Settings(root=str(tree)), jobs=1)
     found = []

@@ -17,6 +17,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property, lru_cache
 
 import libcst as cst
 
@@ -63,6 +64,47 @@ def mentions_cuda(source: str) -> bool:
     return _CUDA_TEXT.search(source) is not None
 
 
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_SKIPPED_DIRS = {".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "env", "__pycache__",
+                 "build", "dist", "site-packages", "node_modules", ".eggs"}
+_MAX_SCANNED_FILES = 5000
+
+
+@lru_cache(maxsize=64)
+def project_root(path: str) -> str | None:
+    """The nearest folder above `path` that holds a project marker."""
+    if not os.path.isfile(path):
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    while True:
+        if any(os.path.exists(os.path.join(folder, m)) for m in _PROJECT_MARKERS):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+@lru_cache(maxsize=64)
+def _tree_mentions_cuda(root: str) -> bool:
+    scanned = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIPPED_DIRS and not d.endswith(".egg-info")]
+        for name in files:
+            if not name.endswith((".py", ".ipynb", ".yaml", ".yml", ".json", ".sh", ".cfg")):
+                continue
+            scanned += 1
+            if scanned > _MAX_SCANNED_FILES:
+                return True  # too big to read: assume it may, and say what the file shows
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                    if mentions_cuda(f.read(1_000_000)):
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 class FactCollector:
     """Gathers a file's `ModuleFacts` during the walk (an analysis the engine
     walks before the rules, like the module index)."""
@@ -90,6 +132,16 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class Either(Condition):
+    """Dropped when any of its conditions drops it."""
+
+    conditions: tuple[Condition, ...]
+
+    def drops(self, project: Project) -> bool:
+        return any(condition.drops(project) for condition in self.conditions)
+
+
+@dataclass(frozen=True)
 class UnlessProjectOnCpu(Condition):
     """The finding only matters on a GPU: dropped when no file of the project
     mentions CUDA (nor an accelerator, nor a local rank)."""
@@ -114,9 +166,25 @@ class UnlessCallersDisableGrad(Condition):
 class Project:
     """Every file's facts, with the queries conditions ask."""
 
-    def __init__(self, facts: Iterable[ModuleFacts]) -> None:
+    def __init__(self, facts: Iterable[ModuleFacts], look_around: bool = True) -> None:
+        """`look_around=False` when a whole tree was checked: its files are the
+        project, nothing around them is read."""
         self.modules = [f for f in facts if f is not None]
-        self.mentions_cuda = any(f.mentions_cuda for f in self.modules)
+        self.look_around = look_around
+
+    @cached_property
+    def mentions_cuda(self) -> bool:
+        """Whether any checked file, or any other file of their projects
+        (found from `pyproject.toml`, `setup.py` or `.git` upwards), mentions
+        CUDA: a file checked alone by an editor or a hook still knows that
+        `train.py` next to it puts the model on the GPU. Reading text is cheap;
+        nothing else of the unchecked files is used."""
+        if any(f.mentions_cuda for f in self.modules):
+            return True
+        if not self.look_around:
+            return False
+        roots = {project_root(f.path) for f in self.modules}
+        return any(_tree_mentions_cuda(root) for root in roots if root is not None)
 
     def settle(self, findings: Iterable[Finding]) -> list[Finding]:
         """The findings that stand once the project is known, sorted."""

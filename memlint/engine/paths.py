@@ -85,7 +85,10 @@ def check_paths(paths: Iterable[str], settings: Settings | None = None,
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             for chunk in pool.map(_check_chunk, [(c, settings, roots) for c in chunks if c]):
                 results.extend(chunk)
-    project = Project(result.facts for result in results)
+    # a tree checked whole is the project; files named one by one (a hook, an
+    # editor) may be a few of a larger project's
+    whole_trees = any(root is not None for root in roots.values())
+    project = Project((result.facts for result in results), look_around=not whole_trees)
     report.findings = project.settle(f for result in results for f in result.findings)
     report.errors = sorted((r.error for r in results if r.error is not None), key=lambda e: e.path)
     return report

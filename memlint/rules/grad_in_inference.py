@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
+from memlint.analysis.models import CHAINED, constructed_kind, is_loss_name
 from memlint.analysis.module_index import ModuleIndex
+from memlint.analysis.project import (Either, FactCollector, UnlessCallersDisableGrad,
+                                      UnlessProjectOnCpu)
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.rules.base import Rule
 
@@ -34,9 +38,6 @@ _VERB_PREFIXES = {"setup", "load", "build", "get", "create", "make", "init", "pr
                   "log", "check", "is", "has", "reset", "register", "fuse", "quantize", "prune"}
 _MODEL_BASE_SUFFIXES = ("Model", "Module", "Net", "Network")
 _TORCH_ROOTS = ("torch", "torchvision", "transformers", "timm", "lightning", "pytorch_lightning")
-#: Methods that return the module they are called on (`Net().to(device).eval()`).
-_CHAINED = {"to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfloat16",
-            "requires_grad_", "share_memory"}
 #: Calls that show the function wants gradients (Grad-CAM, adversarial attacks, training).
 _GRAD_USERS = {"torch.autograd.grad", "torch.autograd.backward", "torch.autograd.functional.jacobian",
                "torch.autograd.functional.hessian", "torch.autograd.functional.vjp",
@@ -58,6 +59,7 @@ class _Unit:
     node: cst.CSTNode
     class_name: str | None
     evaluated: dict[str, bool] = field(default_factory=dict)  # module name -> in eval mode
+    on_gpu: dict[str, bool] = field(default_factory=dict)  # module name -> moved to a CUDA device
     forward: tuple[cst.Call, cst.CSTNode | None, str] | None = None  # first unguarded forward
     wants_grad: bool = False
 
@@ -134,25 +136,43 @@ class GradInInference(Rule):
         "def _unwrap_model(model):\n    return model.module",
         # calling a class builds a module
         "import torch\ndef validate_shapes():\n    return DummyModel().to('cuda')",
+        # a model file's CPU smoke test: built here, never moved to a GPU
+        "import torch\ndef test():\n    net = ResNet18()\n    y = net(torch.randn(2, 3, 32, 32))\n"
+        "    print(y.size())\nif __name__ == '__main__':\n    test()",
+        # a loss object, not a model
+        "import torch\ndef evaluate(model, x, y):\n    with torch.no_grad():\n        out = model(x)\n"
+        "    criterion = torch.nn.CrossEntropyLoss()\n    criterion.eval()\n    return criterion(out, y)",
+        "import torch\ndef validate(self, out, y):\n    return self.loss_fn(out.cuda(), y)",
+        # not a PyTorch module: an OpenVINO model records no graph
+        "import torch\nimport openvino as ov\ndef infer(path, x):\n"
+        "    model = ov.Core().compile_model(path, 'GPU')\n    return model(x)",
+        # a file that shows no GPU anywhere (and no project around it that does)
+        "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
+        "    return [model(x) for x, _ in loader]",
         # a method called through a local alias named like a module
         "import torch\ndef predict(self, logits):\n    decoder = self.char_decode\n"
         "    return decoder(logits.argmax(-1))",
     ]
     INVALID = [
         "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
-        "    for x, y in loader:\n        out = model(x)",
-        "import torch\ndef run_validation(self, x):\n    return self.model(x)",
-        "import torch\ndef predict(net, x):\n    return net(x).argmax(1)",
-        "import torch\nclf = torch.nn.Linear(4, 2)\nclf.eval()\npreds = clf(torch.ones(1, 4))",
+        "    for x, y in loader:\n        out = model(x.cuda())",
+        "import torch\ndef run_validation(self, x):\n    return self.model(x.to('cuda'))",
+        "import torch\ndef predict(net, x):\n    return net(x.to('cuda:0')).argmax(1)",
+        "import torch\nclf = torch.nn.Linear(4, 2).cuda()\nclf.eval()\n"
+        "preds = clf(torch.ones(1, 4, device='cuda'))",
         "import torch\nfrom torch.autograd import Variable\n"
         "def test(model, x):\n    x = Variable(x, volatile=True)",
-        "import torch\ndef sample_images(G, z):\n    G.eval()\n    return G(z)",
+        "import torch\ndef sample_images(G, z):\n    G.eval()\n    return G(z.cuda())",
         "import torch\nimport torchvision\ndef export_preds(x):\n"
-        "    backbone = torchvision.models.resnet18()\n    backbone.eval()\n    return backbone(x)",
-        "import torch\ndef eval_epoch(encoder, x):\n    return encoder.forward(x)",
+        "    backbone = torchvision.models.resnet18().to('cuda')\n    backbone.eval()\n"
+        "    return backbone(x)",
+        "import torch\ndef eval_epoch(encoder, x):\n    return encoder.forward(x.cuda())",
         # a caller that does not disable grad
         "import torch\ndef infer_batch(model, x):\n    return model(x)\n"
-        "def main(model, xs):\n    return [infer_batch(model, x) for x in xs]",
+        "def main(model, xs):\n    return [infer_batch(model, x.cuda()) for x in xs]",
+        # a model built here, then moved to the GPU
+        "import torch\ndef test():\n    net = ResNet18()\n    net.cuda()\n    net.eval()\n"
+        "    return net(torch.randn(2, 3, 32, 32).cuda())",
     ]
 
     def __init__(self, ctx, options=None) -> None:
@@ -197,10 +217,14 @@ class GradInInference(Rule):
             if name:
                 self.unit.evaluated[name] = method == "eval" or _is_false(node)
             return
+        if method in ("cuda", "to", "cpu") and isinstance(func, cst.Attribute):
+            name = dotted_name(func.value)
+            if name:
+                self.unit.on_gpu[name] = moves_to_cuda(node, self.ctx)
         if self.unit.forward is not None or self.index.grad_disabled:
             return
         module = self._called_module(node)
-        if module is None or self._in_signature():
+        if module is None or self._in_signature() or self._built_here_on_cpu(module):
             return
         if self.unit.evaluated.get(module) or (self.unit.node is not None and _is_inference_name(self.unit.node)):
             self.unit.forward = (node, self.statement(), module)
@@ -228,9 +252,12 @@ class GradInInference(Rule):
         name = dotted_name(target)
         if name is None or self.ctx.qualify(target) is not None:
             return None  # `F.relu(x)`, `torch.sigmoid(x)`: library functions
+        bound = self.ctx.binding(name)
+        if is_loss_name(name) or (bound is not None
+                                  and constructed_kind(bound, self.ctx) in ("loss", "other")):
+            return None  # `criterion(out, y)`: a loss; `core.compile_model(...)`: not PyTorch
         if self.unit.evaluated.get(name):
             return name
-        bound = self.ctx.binding(name)
         if bound is not None:
             verdict = self._constructs_module(bound)
             if verdict is not None:
@@ -245,6 +272,27 @@ class GradInInference(Rule):
         if last.split("_", 1)[0] in _VERB_PREFIXES:
             return None
         return name if _MODEL_NAMES.fullmatch(last) else None
+
+    def _built_here_on_cpu(self, module: str) -> bool:
+        """A model built in this function (or at the top level) and never moved
+        to a GPU before its forward: a model file's CPU smoke test
+        (`net = ResNet18(); y = net(torch.randn(2, 3, 32, 32))`) or a CPU
+        script, not inference on a GPU."""
+        if module not in self.ctx.scope.bindings:
+            return False  # a parameter, an attribute, a global: placed elsewhere
+        if self.unit.on_gpu.get(module):
+            return False
+        value = self.ctx.scope.bindings[module]
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                and value.func.attr.value in CHAINED:
+            if moves_to_cuda(value, self.ctx):
+                return False
+            value = value.func.value
+        if not isinstance(value, cst.Call) or call_arg(value, "device") is not None \
+                or creates_on_cuda(value, self.ctx):
+            return False
+        built = (dotted_name(value.func) or "").rsplit(".", 1)[-1]
+        return _CLASS_NAME.fullmatch(built) is not None or constructed_kind(value, self.ctx) == "module"
 
     def _names_function(self, name: str, class_name: str | None) -> bool:
         """`_assert_model(...)`, `random_data_generator(...)`: a function of this
@@ -269,8 +317,11 @@ class GradInInference(Rule):
         """True for `nn.Linear(...)`, `Net().to(device)`, `resnet18()`,
         `AutoModel.from_pretrained(...)`; False for literals, lambdas and
         functions; None when it cannot tell."""
+        kind = constructed_kind(value, self.ctx)
+        if kind is not None:
+            return kind == "module"
         while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-               and value.func.attr.value in _CHAINED):
+               and value.func.attr.value in CHAINED):
             value = value.func.value
         if isinstance(value, (cst.BaseString, cst.Integer, cst.Float, cst.Lambda, cst.List,
                               cst.Dict, cst.Tuple, cst.BaseComp)):
@@ -305,6 +356,12 @@ class GradInInference(Rule):
             if unit.wants_grad or self._left_alone(unit):
                 continue
             call, statement, module = unit.forward
+            unless = UnlessProjectOnCpu()
+            info = self.index.info(unit.node) if unit.node is not None else None
+            if info is not None and info.class_name is None and not self.index.call_sites(info):
+                # called from other files only, perhaps all under no_grad
+                unless = Either((unless, UnlessCallersDisableGrad(
+                    FactCollector.of(self.ctx).facts.module, info.name)))
             if unit.node is None:
                 where = f"after {module}.eval()"
             elif unit.evaluated.get(module):
@@ -315,7 +372,7 @@ class GradInInference(Rule):
                               "activation for a backward that never comes (training-step peak "
                               "memory, outputs that hold their graphs); wrap the inference in "
                               "`with torch.no_grad():` or decorate the function with "
-                              "@torch.no_grad()", statement)
+                              "@torch.no_grad()", statement, unless)
 
     def _left_alone(self, unit: _Unit) -> bool:
         if unit.node is None:
