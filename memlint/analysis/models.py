@@ -46,9 +46,9 @@ def constructed_kind(value: cst.BaseExpression, ctx: Context) -> Kind | None:
     if not isinstance(value, cst.Call):
         return None
     qualified = ctx.qualify(value.func) or ""
-    name = dotted_name(value.func) or ""
-    last = name.rsplit(".", 1)[-1]
-    if qualified.startswith(_OTHER_MODEL_ROOTS) or _OTHER_MODEL_CALLS.search(name):
+    func = value.func
+    last = func.attr.value if isinstance(func, cst.Attribute) else dotted_name(func) or ""
+    if qualified.startswith(_OTHER_MODEL_ROOTS) or _OTHER_MODEL_CALLS.search(last):
         return "other"
     if qualified.startswith("torch.nn.functional."):
         return None

@@ -26,7 +26,7 @@ from memlint.analysis.names import dotted_name
 from memlint.finding import Finding
 
 #: Text that shows a file may put something on a CUDA device.
-_CUDA_TEXT = re.compile(r"cuda|accelerator|\.to\(\s*0\s*[,)]|set_default_device|local_rank",
+_CUDA_TEXT = re.compile(r"cuda|nccl|accelerator|\.to\(\s*0\s*[,)]|set_default_device|local_rank",
                         re.IGNORECASE)
 
 
@@ -47,6 +47,8 @@ class ModuleFacts:
     path: str
     module: str  # dotted name under the checked root: `src.utils`
     mentions_cuda: bool
+    #: runs as several processes (ranks): `init_process_group`, `LOCAL_RANK`, DDP, `mp.spawn`
+    distributed: bool = False
     calls: list[CallFact] = field(default_factory=list)
 
 
@@ -62,6 +64,15 @@ def module_name(path: str, root: str | None = None) -> str:
 
 def mentions_cuda(source: str) -> bool:
     return _CUDA_TEXT.search(source) is not None
+
+
+_DISTRIBUTED_TEXT = re.compile(r"init_process_group|DistributedDataParallel|local_rank|"
+                               r"mp\.spawn|multiprocessing\.spawn|torchrun|WORLD_SIZE",
+                               re.IGNORECASE)
+
+
+def runs_distributed(source: str) -> bool:
+    return _DISTRIBUTED_TEXT.search(source) is not None
 
 
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -178,13 +189,16 @@ class Project:
         (found from `pyproject.toml`, `setup.py` or `.git` upwards), mentions
         CUDA: a file checked alone by an editor or a hook still knows that
         `train.py` next to it puts the model on the GPU. Reading text is cheap;
-        nothing else of the unchecked files is used."""
+        nothing else of the unchecked files is used. A file with no project
+        around it (stdin, a loose snippet) is not taken for CPU code."""
         if any(f.mentions_cuda for f in self.modules):
             return True
         if not self.look_around:
             return False
         roots = {project_root(f.path) for f in self.modules}
-        return any(_tree_mentions_cuda(root) for root in roots if root is not None)
+        if None in roots:
+            return True  # a snippet with no project around it: nothing says it runs on the CPU
+        return any(_tree_mentions_cuda(root) for root in roots)
 
     def settle(self, findings: Iterable[Finding]) -> list[Finding]:
         """The findings that stand once the project is known, sorted."""

@@ -18,7 +18,7 @@ import libcst as cst
 from memlint.analysis.context import Context
 from memlint.analysis.names import ImportTable
 from memlint.analysis.project import (FactCollector, ModuleFacts, Project, mentions_cuda,
-                                      module_name)
+                                      module_name, runs_distributed)
 from memlint.analysis.walker import handlers_for, walk
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
@@ -61,7 +61,7 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
     if skips_file(source):
         return [], None
     facts = ModuleFacts(path, module_name(path) if module is None else module,
-                        mentions_cuda(source))
+                        mentions_cuda(source), runs_distributed(source))
     rule_types = [r for r in ALL_RULES
                   if r.code in selected and any(k in source for k in r.keywords)]
     if not rule_types:

@@ -146,9 +146,6 @@ class GradInInference(Rule):
         # not a PyTorch module: an OpenVINO model records no graph
         "import torch\nimport openvino as ov\ndef infer(path, x):\n"
         "    model = ov.Core().compile_model(path, 'GPU')\n    return model(x)",
-        # a file that shows no GPU anywhere (and no project around it that does)
-        "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
-        "    return [model(x) for x, _ in loader]",
         # a method called through a local alias named like a module
         "import torch\ndef predict(self, logits):\n    decoder = self.char_decode\n"
         "    return decoder(logits.argmax(-1))",

@@ -1,0 +1,81 @@
+"""Facts that cross files: a finding that depends on the rest of the project
+is settled once every file of the checked tree is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memlint import check_paths, check_source
+
+EVALUATE = ("import torch\n"
+            "def evaluate(model, loader):\n"
+            "    model.eval()\n"
+            "    return [model(x.cuda()) for x, _ in loader]\n")
+
+
+def codes(tree: Path) -> list[tuple[str, int, str]]:
+    report = check_paths([str(tree)], jobs=1)
+    return [(Path(f.path).name, f.line, f.code) for f in report.findings]
+
+
+def test_an_eval_helper_called_under_no_grad_from_another_file_is_left_alone(tmp_path):
+    (tmp_path / "utils.py").write_text(EVALUATE)
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom utils import evaluate\n"
+        "with torch.no_grad():\n    evaluate(model, loader)\n")
+    assert codes(tmp_path) == []
+
+
+def test_the_same_helper_called_with_grad_on_from_another_file_is_reported(tmp_path):
+    (tmp_path / "utils.py").write_text(EVALUATE)
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom utils import evaluate\n"
+        "with torch.no_grad():\n    evaluate(model, loader)\n"
+        "for epoch in range(3):\n    evaluate(model, loader)\n")
+    assert codes(tmp_path) == [("utils.py", 4, "MEM004")]
+
+
+def test_relative_and_module_imports_name_the_same_function(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "utils.py").write_text(EVALUATE)
+    (package / "train.py").write_text(
+        "import torch\nfrom pkg import utils\n"
+        "@torch.no_grad()\ndef run(model, loader):\n    return utils.evaluate(model, loader)\n")
+    assert codes(tmp_path) == []
+
+
+def test_checked_alone_the_helper_is_judged_on_what_its_file_shows():
+    assert [f.code for f in check_source(EVALUATE, "utils.py")] == ["MEM004"]
+
+
+def test_a_tree_that_never_mentions_cuda_is_cpu_code(tmp_path):
+    (tmp_path / "infer.py").write_text(
+        "import torch\nmodel.load_state_dict(torch.load('model.pth'))\n"
+        "def evaluate(model, loader):\n    model.eval()\n"
+        "    return [model(x) for x, _ in loader]\n")
+    assert codes(tmp_path) == []
+    (tmp_path / "train.py").write_text("import torch\ndevice = torch.device('cuda')\n")
+    assert [code for _, _, code in codes(tmp_path)] == ["MEM007", "MEM004"]
+
+
+def test_a_file_named_alone_reads_its_project_for_cuda(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    infer = tmp_path / "infer.py"
+    infer.write_text("import torch\nstate = torch.load('model.pth')\n")
+    assert check_paths([str(infer)], jobs=1).findings == []
+    (tmp_path / "train.py").write_text("model.to('cuda:0')\n")
+    from memlint.analysis import project
+    project._tree_mentions_cuda.cache_clear()
+    assert [f.code for f in check_paths([str(infer)], jobs=1).findings] == ["MEM007"]
+
+
+def test_the_load_message_fits_the_program(tmp_path):
+    single = check_source("import torch\nnet.cuda()\nnet.load_state_dict(torch.load(p))\n")
+    ranks = check_source("import torch\ndist.init_process_group('nccl')\n"
+                         "net.load_state_dict(torch.load(p))\n")
+    whole = check_source("import torch\nnet = torch.load(p).cuda()\n")
+    assert "second copy of the checkpoint" in single[0].message
+    assert "every rank" in ranks[0].message
+    assert "restores every tensor" in whole[0].message
