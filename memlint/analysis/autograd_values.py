@@ -16,7 +16,7 @@ history), None (cannot tell, e.g. a function parameter). Rules flag only True.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
@@ -48,7 +48,7 @@ _CLEAN_METHODS = {
     "get_device", "data_ptr", "element_size", "is_contiguous", "bincount", "unique",
     "sample", "parameters", "named_parameters", "buffers", "state_dict", "modules",
     "children", "zero_grad", "step", "train", "eval", "keys", "values", "items",
-    "generate", "predict", "predict_proba", "backward", "register_hook",
+    "generate", "predict", "predict_proba", "backward", "register_hook", "multinomial",
 }
 #: Methods that reduce a tensor to a scalar when called without a dimension.
 _REDUCTIONS = {"sum", "mean", "norm", "prod", "max", "min", "std", "var", "median", "logsumexp"}
@@ -391,6 +391,335 @@ def names_in(node: cst.CSTNode) -> set[str]:
             pending.append(current.value)  # `.loss` of `out.loss` is not the name `loss`
         else:
             pending.extend(children_of(current))
+    return found
+
+
+class BackwardFlows:
+    """Which kept graphs a later `backward()` consumes: how values flow inside
+    each function of a module (and its own top-level code), and between them.
+
+    `losses.append(loss)` keeps each loss's graph; that is the algorithm, not a
+    leak, when a backward later reaches the list: `torch.stack(losses).sum()
+    .backward()` in the same function, a helper given the list (ACER's
+    `compute_loss(policies, values)`), a helper whose result is built from it
+    (`total = self.total_loss()` reading `self.log_probs`, then
+    `self.apply(total)` calling `total.backward()`), or, for a container on
+    `self` or a module-level object that is emptied somewhere (`del
+    policy.rewards[:]`, `.clear()`, `= []`), any function of the module
+    (REINFORCE's `finish_episode()`, an agent's `update()`).
+
+    Inside a function the order counts: the backward must come after the store
+    and every step between them (`loss = -torch.stack(log_probs).sum()`), so
+    `loss` reused for logging after its backward does not consume what it
+    reads then. What goes through `.detach()`, `.item()`, `.data`, `float()` is
+    not followed: a backward on it never needed the graph.
+
+    Built on demand, in one walk of the module, only for files with a store to
+    judge."""
+
+    def __init__(self, module: cst.Module, names, wanted: set[int]) -> None:
+        self._names = names
+        self._wanted = wanted
+        self._positions: dict[int, int] = {}
+        self._flows: dict[int, _Flow] = {}
+        self._by_name: dict[str, list[_Flow]] = {}
+        self._loop_resets: dict[int, set[str]] = {}
+        self._position = 0
+        self._walk_scope(module, module.body, [], None)
+        self._settle()
+
+    # -- queries ----------------------------------------------------------
+    def reset_every_iteration(self, loop: cst.CSTNode) -> set[str]:
+        """Names emptied or rebound afresh (not from themselves) by a statement
+        that runs on every iteration of `loop`, before or after the growth."""
+        return self._loop_resets.get(id(loop), set())
+
+    def consumed(self, scope: cst.CSTNode, container: str, statement: cst.CSTNode | None) -> bool:
+        """Whether a backward reaches `container` after `statement` stored into it."""
+        flow = self._flows.get(id(scope))
+        if flow is None:
+            return False
+        stored_at = self._positions.get(id(statement), -1)
+        if any(start <= stored_at < end for start, end in flow.reach.get(container, ())):
+            return True
+        if not _outside_function(container, flow):
+            return False
+        owner = flow.class_name if container.startswith(("self.", "cls.")) else None
+        shared = [f for f in self._flows.values() if _outside_function(container, f)
+                  and (owner is None or f.class_name == owner)]
+        return any(container in f.resets for f in shared) and \
+            any(container in f.reach for f in shared)
+
+    # -- the walk -----------------------------------------------------------
+    def _walk_scope(self, node: cst.CSTNode, body, params: list[str],
+                    class_name: str | None) -> None:
+        name = node.name.value if isinstance(node, cst.FunctionDef) else None
+        flow = _Flow(name, params, class_name)
+        self._flows[id(node)] = flow
+        if name is not None:
+            self._by_name.setdefault(name, []).append(flow)
+        self._walk(body, flow, class_name)
+
+    def _walk(self, node, flow: _Flow, class_name: str | None) -> None:
+        if isinstance(node, (list, tuple)):
+            for child in node:
+                self._walk(child, flow, class_name)
+            return
+        self._position += 1
+        here = self._position
+        if id(node) in self._wanted:
+            self._positions[id(node)] = here
+        if isinstance(node, cst.FunctionDef):
+            params = [p.name.value for p in (*node.params.posonly_params, *node.params.params,
+                                             *node.params.kwonly_params)]
+            self._walk_scope(node, node.body, params, class_name)
+            return
+        if isinstance(node, cst.ClassDef):
+            self._walk(node.body, flow, node.name.value)
+            return
+        if isinstance(node, (cst.For, cst.While)):
+            self._loop_resets[id(node)] = _resets_in(node.body)
+        if isinstance(node, cst.Assign):
+            reads = self._reads(node.value)
+            for target in node.targets:
+                for name, whole in _bound_names(target.target):
+                    flow.add(name, here, reads, whole)
+                    if whole and name not in reads and flow.name not in (None, "__init__"):
+                        flow.resets.add(name)  # rebound afresh, not first built
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            for name, whole in _bound_names(node.target):
+                flow.add(name, here, self._reads(node.value), whole)
+        elif isinstance(node, cst.AugAssign):
+            for name, _ in _bound_names(node.target):
+                flow.add(name, here, self._reads(node.value), False)
+        elif isinstance(node, cst.For):
+            reads = self._reads(node.iter)
+            for name, whole in _bound_names(node.target):
+                flow.add(name, here, reads, whole)
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            for name, whole in _bound_names(node.asname.name):
+                flow.add(name, here, self._reads(node.item), whole)
+        elif isinstance(node, cst.Return) and node.value is not None:
+            flow.returns.append((here, self._reads(node.value)))
+        elif isinstance(node, cst.Del):
+            flow.resets.update(name for name, _ in _bound_names(node.target))
+        elif isinstance(node, cst.Call):
+            self._note_call(node, flow, here)
+        for child in children_of(node):
+            self._walk(child, flow, class_name)
+
+    def _note_call(self, node: cst.Call, flow: _Flow, here: int) -> None:
+        func = node.func
+        args = node.args
+        if isinstance(func, cst.Attribute):
+            method = func.attr.value
+            if method in BACKWARD_METHODS:
+                reads = self._reads(func.value) | {r for a in args for r in self._reads(a.value)}
+                flow.sinks.append((here, reads))
+                return
+            container = _container_of(func.value)
+            if method in _GROWING_METHODS and container is not None:
+                flow.add(container, here, frozenset(r for a in args for r in self._reads(a.value)),
+                         False)
+            elif method == "clear" and container is not None:
+                flow.resets.add(container)
+        if self._names.qualify(func) in AUTOGRAD_ENTRY:
+            flow.sinks.append((here, {r for a in args for r in self._reads(a.value)}))
+            return
+        callee = _local_callee(func)
+        if callee is not None:
+            positional = [self._reads(a.value) for a in args if a.keyword is None]
+            keywords = {a.keyword.value: self._reads(a.value) for a in args
+                        if a.keyword is not None}
+            flow.calls.append((here, callee, positional, keywords))
+
+    def _reads(self, node: cst.CSTNode) -> frozenset:
+        """Names an expression reads, and `(callee, is_method)` for the results
+        of same-module calls, not looking through `.detach()` and the like."""
+        found: set = set()
+        pending = [node]
+        while pending:
+            current = pending.pop()
+            if isinstance(current, cst.Call):
+                func = current.func
+                if isinstance(func, cst.Attribute) and func.attr.value in _DETACHING_METHODS:
+                    continue
+                if isinstance(func, cst.Name) and func.value in ("float", "int", "bool", "len"):
+                    continue
+                callee = _local_callee(func)
+                if callee is not None:
+                    found.add(callee)
+            elif isinstance(current, (cst.Name, cst.Attribute)):
+                if isinstance(current, cst.Attribute) and current.attr.value in _DETACHED_ATTRIBUTES:
+                    continue
+                name = dotted_name(current)
+                if name is not None:
+                    found.add(name)
+                if isinstance(current, cst.Attribute):
+                    pending.append(current.value)
+                    continue
+            pending.extend(children_of(current))
+        return frozenset(found)
+
+    # -- between functions ------------------------------------------------
+    def _settle(self) -> None:
+        """Which functions run a backward, whose results reach one, and which
+        outside names each result is built from, to a fixed point."""
+        flows = list(self._flows.values())
+        for _ in range(8):
+            changed = False
+            for flow in flows:
+                runs_backward = bool(flow.sinks) or any(
+                    callee.runs_backward for _, (name, _), _, _ in flow.calls
+                    for callee in self._by_name.get(name, ()))
+                results_used: set[str] = set()
+                reach = self._closure(flow, self._seeds(flow), results_used)
+                returned = self._closure(flow, flow.returns)
+                return_sources = {n for n in returned if _outside_function(n, flow)}
+                for name in results_used:
+                    for callee in self._by_name.get(name, ()):
+                        if not callee.result_to_backward:
+                            callee.result_to_backward = changed = True
+                if (runs_backward, reach, return_sources) != \
+                        (flow.runs_backward, flow.reach, flow.return_sources):
+                    flow.runs_backward, flow.reach = runs_backward, reach
+                    flow.return_sources = return_sources
+                    changed = True
+            if not changed:
+                return
+
+    def _seeds(self, flow: _Flow) -> list[tuple[int, frozenset]]:
+        """What a backward reads here: its own operands, what is handed to a
+        function that runs one (the ACER `compute_loss(policies, values)`),
+        and what this function returns when its caller back-propagates it."""
+        seeds = list(flow.sinks)
+        for at, (name, _), positional, keywords in flow.calls:
+            if any(callee.runs_backward for callee in self._by_name.get(name, ())):
+                seeds.extend((at, reads) for reads in (*positional, *keywords.values()))
+        if flow.result_to_backward:
+            seeds.extend(flow.returns)
+        return seeds
+
+    def _closure(self, flow: _Flow, seeds,
+                 results_used: set[str] | None = None) -> dict[str, set[tuple[int, int]]]:
+        """Every name whose value flows into a seed, with the stretches of the
+        walk (from its last whole rebinding, -1 for the function's entry, to the
+        read) in which what is put into it gets there. `results_used` collects
+        the same-module functions whose results flow in."""
+        live: dict[str, set[tuple[int, int]]] = {}
+        pending: list[tuple[object, int]] = [(r, at) for at, reads in seeds for r in reads]
+        while pending:
+            item, before = pending.pop()
+            if isinstance(item, tuple):
+                if results_used is not None:
+                    results_used.add(item[0])
+                for callee in self._by_name.get(item[0], ()):
+                    pending.extend((n, before) for n in callee.return_sources)
+                continue
+            edges = [e for e in flow.sources.get(item, ()) if e[0] < before]
+            start = next((at for at, _, whole in reversed(edges) if whole), -1)
+            stretch = (start, before)
+            if stretch in live.setdefault(item, set()):
+                continue
+            live[item].add(stretch)
+            for at, reads, _ in edges:
+                if at >= start:
+                    pending.extend((r, at) for r in reads)
+        return live
+
+
+@dataclass
+class _Flow:
+    """Flow-insensitive facts of one function, each with its walk position."""
+
+    name: str | None  # None: the module's own code
+    params: list[str]
+    class_name: str | None
+    #: name -> (position, what it reads, whether it rebinds the whole name)
+    sources: dict[str, list[tuple[int, frozenset, bool]]] = field(default_factory=dict)
+    sinks: list[tuple[int, frozenset]] = field(default_factory=list)
+    calls: list = field(default_factory=list)
+    returns: list[tuple[int, frozenset]] = field(default_factory=list)
+    resets: set[str] = field(default_factory=set)
+    runs_backward: bool = False  # itself or through a function it calls
+    result_to_backward: bool = False  # a caller back-propagates what it returns
+    reach: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    return_sources: set[str] = field(default_factory=set)
+
+    def add(self, name: str, at: int, reads: frozenset, whole: bool) -> None:
+        self.sources.setdefault(name, []).append((at, reads, whole))
+
+
+#: What runs a backward: `loss.backward()`, `self.manual_backward(loss)`, `torch.autograd.grad(...)`.
+BACKWARD_METHODS = {"backward", "manual_backward"}
+AUTOGRAD_ENTRY = {"torch.autograd.backward", "torch.autograd.grad"}
+_GROWING_METHODS = {"append", "extend", "insert", "appendleft", "add", "update"}
+_DETACHING_METHODS = {"detach", "detach_", "item", "tolist", "numpy"}
+_DETACHED_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device"}
+
+
+def _bound_names(target: cst.BaseExpression) -> list[tuple[str, bool]]:
+    """`a, self.b, d[k]` -> `a`, `self.b` (bound whole), `d` (one item set)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for element in target.elements for n in _bound_names(element.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(target.value)
+    name = _container_of(target)
+    return [(name, not isinstance(target, cst.Subscript))] if name is not None else []
+
+
+def _container_of(node: cst.BaseExpression) -> str | None:
+    while isinstance(node, cst.Subscript):
+        node = node.value
+    return dotted_name(node)
+
+
+def _local_callee(func: cst.BaseExpression) -> tuple[str, bool] | None:
+    """`("update", True)` for `self.update(...)`, `("finish", False)` for `finish(...)`."""
+    if isinstance(func, cst.Name):
+        return func.value, False
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and \
+            func.value.value in ("self", "cls"):
+        return func.attr.value, True
+    return None
+
+
+def _outside_function(name: str, flow: _Flow) -> bool:
+    """`self.log_probs`, or a module-level `policy.rewards` / `saved_actions`:
+    a name other functions can see (not bound in or passed to this one)."""
+    head = name.split(".", 1)[0]
+    if head in ("self", "cls"):
+        return "." in name
+    return flow.name is None or (head not in flow.params and head not in flow.sources)
+
+
+def _resets_in(body: cst.BaseSuite) -> set[str]:
+    """Names a loop body empties on every iteration: `xs = []`, `total = 0`,
+    `xs.clear()`, `del xs[:]` as statements of the body itself (not under an `if`)."""
+    found: set[str] = set()
+    statements = list(getattr(body, "body", ()))
+    while statements:
+        statement = statements.pop()
+        if isinstance(statement, cst.With):
+            statements.extend(statement.body.body)
+            continue
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Assign):
+                reads = names_in(small.value)
+                for target in small.targets:
+                    name = dotted_name(target.target)
+                    if name is not None and name not in reads:
+                        found.add(name)
+            elif isinstance(small, cst.Del):
+                found.update(_bound_names(small.target))
+            elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and \
+                    isinstance(small.value.func, cst.Attribute) and \
+                    small.value.func.attr.value == "clear":
+                name = _container_of(small.value.func.value)
+                if name is not None:
+                    found.add(name)
     return found
 
 

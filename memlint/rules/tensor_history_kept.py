@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.analysis.autograd_values import AutogradValues, Value, names_in
+from memlint.analysis.autograd_values import (AUTOGRAD_ENTRY, BACKWARD_METHODS, AutogradValues,
+                                              BackwardFlows, Value)
 from memlint.analysis.names import dotted_name
 from memlint.rules.base import Rule
 
@@ -16,23 +17,22 @@ _STORING_METHODS = {"append": "append", "extend": "extend with", "insert": "inse
 _CONCATENATIONS = {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack",
                    "torch.hstack", "torch.vstack", "torch.row_stack", "torch.column_stack",
                    "torch.dstack"}
-_AUTOGRAD_ENTRY = {"torch.autograd.backward", "torch.autograd.grad"}
-_BACKWARD_METHODS = {"backward", "manual_backward"}
 _MODULE_BASES = {"torch.nn.Module", "nn.Module", "Module"}
 
 
 @dataclass
 class _Store:
-    """A flagged store, held until the function ends: a later `backward()` on
-    the container (REINFORCE, one backward over an accumulated loss) means the
-    graph was kept on purpose."""
+    """A flagged store, held until the module ends: a later `backward()` that
+    the kept graph reaches (REINFORCE, one backward over an accumulated loss,
+    here or in a helper) means the graph was kept on purpose."""
 
     node: cst.CSTNode
     statement: cst.CSTNode | None
     message: str
-    derived: set[str]
-    in_data_loop: bool
-    consumed: bool = False
+    container: str
+    #: the enclosing loops whose iterations the container survives, as far as
+    #: the bindings before the store tell
+    outlived: list[cst.CSTNode]
 
 
 @dataclass
@@ -110,6 +110,32 @@ class TensorHistoryKept(Rule):
         "import torch\ndef decode(self, logits):\n    decoder = self.char_decode\n"
         "    strs = decoder(logits.argmax(-1))\n    out = []\n    for i in range(batch_size):\n"
         "        out.append(strs[i])",
+        # a per-step accumulator: rebuilt every step of the outer loop, one backward per step
+        "import torch\nfor epoch in range(3):\n    for step, batch in enumerate(loader):\n"
+        "        step_losses = []\n        for micro in batch:\n"
+        "            step_losses.append(criterion(model(micro), y))\n"
+        "        torch.stack(step_losses).sum().backward()",
+        # emptied with .clear() after the backward, every iteration
+        "import torch\npending = []\nfor batch in loader:\n    for micro in batch:\n"
+        "        pending.append(criterion(model(micro), y))\n    sum(pending).backward()\n"
+        "    pending.clear()",
+        # the episode's lists handed to a helper that back-propagates them (ACER)
+        "import torch\ndef compute_loss(policies, values):\n"
+        "    loss = -torch.stack(policies).sum() + torch.cat(values).pow(2).mean()\n"
+        "    loss.backward()\nwhile frame_idx < max_frames:\n    policies, values = [], []\n"
+        "    for step in range(num_steps):\n        policy, value = model(state)\n"
+        "        policies.append(policy)\n        values.append(value)\n"
+        "    compute_loss(policies, values)",
+        # REINFORCE on self: collect() appends, update() back-propagates and empties the list
+        "import torch\nclass Agent:\n    def collect(self, env):\n        for t in range(100):\n"
+        "            self.log_probs.append(self.policy(env.state()).log_prob(a))\n"
+        "    def update(self):\n        loss = -torch.cat(self.log_probs).sum()\n"
+        "        loss.backward()\n        del self.log_probs[:]",
+        # lists returned by the episode, back-propagated by the caller
+        "import torch\ndef run_episode():\n    log_probs = []\n    for t in range(100):\n"
+        "        log_probs.append(policy(state).log_prob(a))\n    return log_probs\n"
+        "for episode in range(1000):\n    loss = -torch.cat(run_episode()).sum()\n"
+        "    loss.backward()",
     ]
     INVALID = [
         "import torch\nlosses = []\nfor x, y in loader:\n    loss = criterion(model(x), y)\n"
@@ -140,15 +166,36 @@ class TensorHistoryKept(Rule):
         "    loss = self._loss_fn(self._model(batch), batch['labels'])\n"
         "    loss = loss / self._gradient_accumulation_steps\n    running_loss += loss\n"
         "    loss.backward()",
+        # reset every epoch, not every step: every step's graph is kept until the print
+        "import torch\nfor epoch in range(10):\n    total_loss = 0\n    for x, y in loader:\n"
+        "        loss = criterion(model(x), y)\n        loss.backward()\n        total_loss += loss\n"
+        "    print(total_loss / len(loader))",
+        # a PPO rollout: the values are detached before any backward, kept for nothing
+        "import torch\nwhile frame_idx < max_frames:\n    values = []\n"
+        "    for step in range(num_steps):\n        dist, value = model(state)\n"
+        "        values.append(value)\n    values = torch.cat(values).detach()\n"
+        "    ppo_update(states, values)",
+        # emptied only every 100 steps (under an if): 100 graphs at a time, for a print
+        "import torch\nwindow = []\nfor step, (x, y) in enumerate(loader):\n"
+        "    loss = criterion(model(x), y)\n    loss.backward()\n    window.append(loss)\n"
+        "    if step % 100 == 99:\n        print(torch.stack(window).mean().item())\n"
+        "        window.clear()",
+        # `loss` reused after its backward: the later read does not consume the list
+        "import torch\nfor epoch in range(10):\n    losses = []\n    for x, y in loader:\n"
+        "        loss = criterion(model(x), y)\n        loss.backward()\n        losses.append(loss)\n"
+        "    loss = torch.stack(losses).mean()\n    print(loss.item())",
     ]
 
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
         self.values = AutogradValues(ctx)
         self.frames: list[_Frame] = []
+        self.pending: list[tuple[_Frame, _Store]] = []
+        self.module: cst.Module | None = None
 
     # -- frames: one per function, and the module ---------------------------
     def visit_Module(self, node: cst.Module) -> None:
+        self.module = node
         self.frames.append(_Frame(node, model_code=False))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -158,18 +205,27 @@ class TensorHistoryKept(Rule):
         self.values.note_function_end(node.name.value)
         self._settle(self.frames.pop())
 
-    def finish(self) -> None:
-        while self.frames:
-            self._settle(self.frames.pop())
-
     def _settle(self, frame: _Frame) -> None:
         if frame.model_code and not frame.calls_backward:
             return  # a forward pass builds its graph on purpose
-        for store in frame.stores:
-            if store.consumed:
-                continue
-            if not frame.calls_backward and not store.in_data_loop:
+        self.pending.extend((frame, store) for store in frame.stores)
+
+    def finish(self) -> None:
+        while self.frames:
+            self._settle(self.frames.pop())
+        if not self.pending:
+            return
+        flows = BackwardFlows(self.module, self.ctx.names,
+                              {id(store.statement) for _, store in self.pending})
+        for frame, store in self.pending:
+            outlived = [loop for loop in store.outlived
+                        if store.container not in flows.reset_every_iteration(loop)]
+            if not outlived:
+                continue  # emptied every iteration of the loop it grows in
+            if not frame.calls_backward and not any(map(_is_data_loop, outlived)):
                 continue  # loss terms summed over heads or scales, for a backward elsewhere
+            if flows.consumed(frame.node, store.container, store.statement):
+                continue  # kept for a backward that follows
             self.report(store.node, store.message, store.statement)
 
     def _is_model_code(self, node: cst.FunctionDef) -> bool:
@@ -254,11 +310,9 @@ class TensorHistoryKept(Rule):
         value = self.values.value_of(stored)
         if not value.history:
             return
-        container_text = _code(container)
         self.frames[-1].stores.append(_Store(node, self.statement(),
-                                             _message(stored, value, container_text, verb),
-                                             derived={owner},
-                                             in_data_loop=any(map(_is_data_loop, outlived))))
+                                             _message(stored, value, _code(container), verb),
+                                             owner, outlived))
 
     def _outlived_loops(self, owner: str) -> list[cst.CSTNode]:
         """The enclosing loops whose iterations the container survives: none
@@ -269,44 +323,12 @@ class TensorHistoryKept(Rule):
         bound_in = site.loops if site is not None else ()
         return [loop for loop in self.ctx.loops if not any(loop is b for b in bound_in)]
 
-    # -- a later backward consumes the kept graph --------------------------------
+    # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _BACKWARD_METHODS:
-            reads = names_in(func.value) | set().union(*(names_in(a.value) for a in node.args))
-        elif self.ctx.qualify(func) in _AUTOGRAD_ENTRY:
-            reads = set().union(*(names_in(a.value) for a in node.args))
-        else:
-            if isinstance(func, cst.Attribute) and func.attr.value in _STORING_METHODS:
-                self._derive(_container_name(func.value), node.args)
-            return
-        frame = self.frames[-1]
-        frame.calls_backward = True
-        for store in frame.stores:
-            if store.derived & reads:
-                store.consumed = True
-
-    def leave_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self._derive(_container_name(target.target), [node])
-
-    def leave_AugAssign(self, node: cst.AugAssign) -> None:
-        self._derive(_container_name(node.target), [node.value])
-
-    def visit_For(self, node: cst.For) -> None:
-        if not self.frames[-1].stores:
-            return
-        for name in names_in(node.target):
-            self._derive(name, [node.iter])
-
-    def _derive(self, target: str | None, sources) -> None:
-        """`loss = -torch.stack(log_probs).sum()`: `loss` now stands for the kept list."""
-        if target is None or not self.frames or not self.frames[-1].stores:
-            return
-        reads = set().union(*(names_in(s.value if isinstance(s, cst.Arg) else s) for s in sources))
-        for store in self.frames[-1].stores:
-            if store.derived & reads:
-                store.derived.add(target)
+        if (isinstance(func, cst.Attribute) and func.attr.value in BACKWARD_METHODS) or \
+                self.ctx.qualify(func) in AUTOGRAD_ENTRY:
+            self.frames[-1].calls_backward = True
 
 
 _DATA_LOOP = re.compile(r"load|batch|data|epoch|step|iter|sample|episode|train|valid|val_|"
