@@ -6,6 +6,7 @@ import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
 from memlint.analysis.names import call_arg, has_star_kwargs
+from memlint.analysis.project import UnlessProjectOnCpu
 from memlint.rules.base import Rule
 
 _DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
@@ -13,6 +14,8 @@ _SET_DEFAULT_DEVICE = {"torch.set_default_device"}
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
 #: collate_fn, pin_memory, ...)
 _PIN_MEMORY_POSITION = 7
+_COLLATE_POSITION = 6
+_PARTIAL = {"functools.partial"}
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -62,6 +65,11 @@ class DataLoaderWithoutPinMemory(Rule):
         'import torch.utils.data as tud\n'
         'loader = tud.DataLoader(ds, pin_memory=torch.cuda.is_available())\n'
         'model.cuda()',
+        # the collate function is handed the device: batches arrive on the GPU
+        'import torch\nfrom functools import partial\nfrom torch.utils.data import DataLoader\n'
+        'device = torch.device("cuda")\n'
+        'loader = DataLoader(ds, batch_size=8, collate_fn=partial(collate, device=device))\n'
+        'model.to(device)',
     ]
     INVALID = [
         'import torch\nfrom torch.utils.data import DataLoader\n'
@@ -110,6 +118,8 @@ class DataLoaderWithoutPinMemory(Rule):
             self.copies_to_cuda |= is_cuda_device(node.args[0].value, self.ctx) is True
 
     def _check_loader(self, node: cst.Call) -> None:
+        if self._collate_moves_to_device(node):
+            return  # batches arrive on the device: pinning a CUDA tensor raises
         pin = call_arg(node, "pin_memory", position=_PIN_MEMORY_POSITION)
         if pin is None:
             if has_star_kwargs(node):
@@ -121,13 +131,21 @@ class DataLoaderWithoutPinMemory(Rule):
             return  # True, or decided at run time (a variable, `device.type == "cuda"`)
         self.unpinned.append((node, self.statement(), written))
 
+    def _collate_moves_to_device(self, node: cst.Call) -> bool:
+        """`collate_fn=partial(collate, device=device)`: the collate function is
+        given the training device, so the batches it returns are already there."""
+        collate = call_arg(node, "collate_fn", position=_COLLATE_POSITION)
+        value = collate.value if collate is not None else None
+        return (isinstance(value, cst.Call) and self.ctx.qualify(value.func) in _PARTIAL
+                and call_arg(value, "device") is not None)
+
     def finish(self) -> None:
         if not self.copies_to_cuda:
             return
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
         for node, statement, written in self.unpinned:
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking),
-                        statement)
+                        statement, UnlessProjectOnCpu())
 
 
 def _is_true(node: cst.BaseExpression) -> bool:
