@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
+from memlint.engine.isolation import Budget, Failure, run_supervised
+from memlint.engine.notebook import check_notebook_source
 from memlint.engine.settings import Settings
 from memlint.engine.source import RuleCrash, check_source, syntax_error
 from memlint.finding import Finding, InternalError
@@ -24,58 +27,117 @@ class Report:
     files: int = 0
 
 
-def check_file(path: str, settings: Settings) -> tuple[list[Finding], InternalError | None]:
-    """One file from disk; never raises."""
+@dataclass(frozen=True)
+class Source:
+    """One file to check: a path on disk, or `data` already read (stdin) shown as `path`."""
+
+    path: str
+    data: bytes | None = None
+
+
+def check_file(path: str, settings: Settings,
+               data: bytes | None = None) -> tuple[list[Finding], InternalError | None]:
+    """One file, from disk or from `data`; never raises. Runs in the calling
+    process: `check_paths` is what survives a file that kills its process."""
     try:
+        if data is None:
+            data = read_regular_file(path, settings.max_file_size_mb)
+        elif _larger_than(data, settings.max_file_size_mb):
+            raise Unreadable(too_large(settings.max_file_size_mb))
         if path.endswith(NOTEBOOK_SUFFIX):
-            from memlint.engine.notebook import check_notebook
-            return check_notebook(path, settings), None
-        with open(path, "rb") as handle:
-            data = handle.read()
+            return check_notebook_source(data, path, settings), None
+        return check_source(data, path, settings), None
+    except Unreadable as problem:
+        return [syntax_error(path, 1, 1, f"cannot read the file: {problem}")], None
     except OSError as error:
         return [syntax_error(path, 1, 1, f"cannot read the file: {error.strerror or error}")], None
-    except RuleCrash as crash:  # from a notebook's cells
-        return [], InternalError(path, str(crash))
-    try:
-        return check_source(data, path, settings), None
     except RuleCrash as crash:
         return [], InternalError(path, str(crash))
     except Exception as error:  # memlint's own bug: report it for this file, check the rest
         return [], InternalError(path, f"{type(error).__name__}: {error}")
 
 
-def _check_chunk(args: tuple[list[str], Settings]):
-    paths, settings = args
-    return [check_file(p, settings) for p in paths]
+class Unreadable(Exception):
+    """A path memlint will not read: not a regular file, or over the size limit."""
+
+
+def read_regular_file(path: str, max_size_mb: float | None) -> bytes:
+    """The file's bytes. Anything but a regular file (a FIFO would block forever,
+    /dev/zero never ends) and anything over the size limit raise `Unreadable`;
+    opened without blocking and checked on the open file, so a path swapped in
+    between cannot slip through."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                         | getattr(os, "O_BINARY", 0))
+    with open(descriptor, "rb") as handle:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise Unreadable(f"it is {_kind(status.st_mode)}, not a regular file")
+        data = handle.read() if max_size_mb is None else handle.read(size_limit(max_size_mb) + 1)
+    if _larger_than(data, max_size_mb):
+        raise Unreadable(too_large(max_size_mb))
+    return data
+
+
+def size_limit(max_size_mb: float) -> int:
+    """In bytes; a caller reading a stream reads one byte more, to tell "over" from "at"."""
+    return int(max_size_mb * 2**20)
+
+
+def _larger_than(data: bytes, max_size_mb: float | None) -> bool:
+    return max_size_mb is not None and len(data) > size_limit(max_size_mb)
+
+
+def too_large(max_size_mb: float) -> str:
+    return (f"it is larger than {max_size_mb:g} MB (max-file-size); exclude it or raise the "
+            f"limit with --max-file-size")
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISDIR, "a directory"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _check_one(source: Source, settings: Settings):
+    return check_file(source.path, settings, source.data)
 
 
 def check_paths(paths: Iterable[str], settings: Settings | None = None,
                 jobs: int | None = None) -> Report:
     """Check files and directories (recursing, honouring excludes) in parallel."""
     settings = settings or Settings()
-    files = sorted(set(discover(paths, settings)))
-    report = Report(files=len(files))
-    jobs = jobs or os.cpu_count() or 1
-    results: Iterator[tuple[list[Finding], InternalError | None]]
-    if jobs <= 1 or len(files) < 4:
-        results = (check_file(p, settings) for p in files)
-        for findings, error in results:
-            _collect(report, findings, error)
-    else:
-        chunks = [files[i::jobs * 4] for i in range(jobs * 4)]
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for chunk in pool.map(_check_chunk, [(c, settings) for c in chunks if c]):
-                for findings, error in chunk:
-                    _collect(report, findings, error)
+    return check_sources([Source(p) for p in sorted(set(discover(paths, settings)))],
+                         settings, jobs)
+
+
+def check_sources(sources: Sequence[Source], settings: Settings,
+                  jobs: int | None = None) -> Report:
+    """Check files in supervised worker processes (see `isolation`): a file that
+    crashes, hangs or swamps its worker is one MEM000 finding, the others are
+    checked as if it were not there. `jobs` is capped at the CPUs and the files."""
+    report = Report(files=len(sources))
+    budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
+    outcomes = run_supervised(partial(_check_one, settings=settings), sources,
+                              useful_jobs(jobs, len(sources)), budget)
+    for source, outcome in zip(sources, outcomes):
+        if isinstance(outcome, Failure):
+            report.findings.append(syntax_error(source.path, 1, 1,
+                                                f"cannot check the file: {outcome.reason}"))
+            continue
+        findings, error = outcome
+        report.findings.extend(findings)
+        if error is not None:
+            report.errors.append(error)
     report.findings.sort()
     report.errors.sort(key=lambda e: e.path)
     return report
 
 
-def _collect(report: Report, findings: Sequence[Finding], error: InternalError | None) -> None:
-    report.findings.extend(findings)
-    if error is not None:
-        report.errors.append(error)
+def useful_jobs(jobs: int | None, files: int) -> int:
+    """More processes than CPUs or than files only cost start-up and memory."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(jobs or cpus or 1, cpus or 1, files))
 
 
 def discover(paths: Iterable[str], settings: Settings) -> Iterator[str]:
