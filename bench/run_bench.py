@@ -164,7 +164,7 @@ def time_command(command: list[str]) -> tuple[float, float, subprocess.Completed
 
 def memlint_command(jobs: int, root: str) -> list[str]:
     """The CLI if it exists; else the library behind it, in a fresh process alike."""
-    if (REPO / "memlint" / "cli.py").exists():
+    if (REPO / "memlint" / "__main__.py").exists():
         return [sys.executable, "-m", "memlint", "check", f"-j{jobs}", root]
     script = ("import sys; from memlint import check_paths; "
               "r = check_paths([sys.argv[1]], jobs=int(sys.argv[2])); "

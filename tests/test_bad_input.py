@@ -112,9 +112,10 @@ def test_expressions_nested_deeper_than_python_allows_are_mem000_not_a_crash(exp
     assert time.monotonic() - started < 60
 
 
-def test_a_five_megabyte_generated_file_finishes(tmp_path):
+def test_a_five_megabyte_generated_file_finishes_when_the_size_limit_allows_it(tmp_path):
     """Shaped like generated code (serialized descriptors as bytes, a table of layers).
-    Number-heavy literals parse at only ~40 KB/s in libcst: see docs/usage.md."""
+    Number-heavy literals parse at only ~40 KB/s in libcst: see docs/usage.md. Past
+    the default limit (2 MB) it is one MEM000 at once."""
     blob = "QUJD" * 250
     lines = ["import torch", "DESCRIPTORS = ["]
     lines += [f"    b'{blob}'," for _ in range(5200)]
@@ -124,9 +125,14 @@ def test_a_five_megabyte_generated_file_finishes(tmp_path):
     big = tmp_path / "generated.py"
     big.write_text("\n".join(lines) + "\n")
     assert big.stat().st_size > 5_000_000
-    result = run(str(big), cwd=tmp_path)
+    result = run("--max-file-size", "8", str(big), cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stdout.startswith(f"{big}:{len(lines)}:9: MEM007")
+    refused = run(str(big), cwd=tmp_path)
+    assert refused.returncode == 1
+    assert refused.stdout == (f"{big}:1:1: MEM000 cannot read the file: it is larger than 2 MB "
+                              f"(max-file-size); exclude it or raise the limit with "
+                              f"--max-file-size\n")
 
 
 def test_a_symlink_loop_in_a_directory_is_walked_once(tmp_path, capsys):
@@ -148,14 +154,14 @@ def test_an_unreadable_file_is_mem000_and_the_run_goes_on(tmp_path, monkeypatch,
     secret.chmod(0)
     try:
         if os.access(secret, os.R_OK):  # root reads anything: simulate the refusal instead
-            real_open = open
+            real_open = os.open
 
             def refusing_open(path, *args, **kwargs):
                 if os.fspath(path) == str(secret):
                     raise PermissionError(13, "Permission denied", str(secret))
                 return real_open(path, *args, **kwargs)
 
-            monkeypatch.setattr("builtins.open", refusing_open)
+            monkeypatch.setattr("os.open", refusing_open)  # forked workers inherit it
         code = main(["check", "-j", "1", str(tmp_path)])
     finally:
         secret.chmod(0o644)

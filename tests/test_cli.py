@@ -249,8 +249,9 @@ def test_an_unknown_rule_exits_2(capsys):
 
 
 @pytest.mark.slow
-def test_rule_pages_ship_in_a_built_wheel(tmp_path):
+def test_rule_pages_ship_in_a_built_wheel(tmp_path, monkeypatch):
     """A real wheel, installed into a fresh virtualenv, finds its pages without the checkout."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)  # a checkout on it would hide the wheel
     wheels = tmp_path / "wheels"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                             "--no-build-isolation", "-w", str(wheels), str(CHECKOUT)],

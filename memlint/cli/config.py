@@ -24,7 +24,11 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 _CODE_LISTS = ("select", "ignore", "extend-select")
 _PATTERN_LISTS = ("exclude", "extend-exclude")
-_TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores")
+#: per-file budgets: key -> (Settings field, unit); 0 in the file means no limit
+BUDGETS = {"max-file-size": ("max_file_size_mb", "MB"),
+           "file-timeout": ("file_timeout_s", "seconds"),
+           "max-file-memory": ("max_file_memory_mb", "MB")}
+_TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores", *BUDGETS)
 _RULES_BY_KEY = {**{r.code: r for r in ALL_RULES}, **{r.name: r for r in ALL_RULES}}
 
 
@@ -74,6 +78,10 @@ def _read_table(pyproject: Path) -> dict:
             document = tomllib.load(handle)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{pyproject}: invalid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{pyproject}: invalid TOML: not UTF-8 (byte "
+                          f"0x{error.object[error.start:error.start + 1].hex()} at offset "
+                          f"{error.start})") from None
     except OSError as error:
         raise ConfigError(f"{pyproject}: cannot read it: {error.strerror or error}") from None
     tool = document.get("tool", {})
@@ -89,8 +97,13 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
     rule_options: dict[str, dict] = {}
     for key, value in table.items():
         if key in _CODE_LISTS:
-            values[key.replace("-", "_")] = tuple(_codes(value, f"{where} {key}",
-                                                         ignoring=key == "ignore"))
+            codes = _codes(value, f"{where} {key}", ignoring=key == "ignore")
+            if key == "select" and not codes:
+                raise ConfigError(f"{where} select: {NOTHING_SELECTED}")
+            values[key.replace("-", "_")] = tuple(codes)
+        elif key in BUDGETS:
+            field_name, unit = BUDGETS[key]
+            values[field_name] = budget(value, f"{where} {key}", unit)
         elif key in _PATTERN_LISTS:
             values[key.replace("-", "_")] = tuple(_strings(value, f"{where} {key}",
                                                            "a list of glob patterns"))
@@ -108,11 +121,25 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
     return Settings(**values, rule_options=rule_options)
 
 
+NOTHING_SELECTED = ("no rule codes given, so no rule would run; expected codes or prefixes "
+                    "such as MEM003,MEM00")
+
+
+def budget(value: object, what: str, unit: str) -> float | None:
+    """A per-file limit: a number >= 0, where 0 means no limit."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ConfigError(f"{what}: expected a number of {unit} (0: no limit), "
+                          f"got {_shown(value)}")
+    return float(value) or None
+
+
 def apply_overrides(settings: Settings, *, select=None, ignore=None, extend_select=None,
-                    extend_ignore=None, extend_exclude=None) -> Settings:
+                    extend_ignore=None, extend_exclude=None,
+                    budgets: Mapping[str, float | None] | None = None) -> Settings:
     """Command-line flags win: `--select` replaces the file's select and
-    extend-select, `--ignore` its ignore; the extend flags add to either."""
-    changes: dict[str, object] = {}
+    extend-select, `--ignore` its ignore; the extend flags add to either.
+    `budgets` maps Settings' budget fields to the flags' values."""
+    changes: dict[str, object] = dict(budgets or {})
     if select is not None:
         changes["select"], changes["extend_select"] = tuple(select), ()
     if ignore is not None:

@@ -54,7 +54,7 @@ class MemlintChecker:
             yield (1, 0, f"{SYNTAX_ERROR_CODE} memlint configuration error: {settings}", type(self))
             return
         try:
-            findings = check_source("".join(self.lines), self.filename, settings,
+            findings = check_source(self._source(), self.filename, settings,
                                     noqa=self.honour_memlint_noqa)
         except Exception as error:
             # flake8 aborts the whole run, every plugin's results with it, when a
@@ -67,6 +67,23 @@ class MemlintChecker:
             # flake8 wants a 0-based column and adds 1 when it prints
             yield (finding.line, finding.column - 1,
                    f"{finding.code} {finding.message}", type(self))
+
+
+    def _source(self) -> str | bytes:
+        """The text flake8 read; but the file's own bytes where flake8 read them
+        as latin-1 because they are not valid in the file's encoding, so that the
+        editor shows the MEM000 that `memlint check` reports."""
+        text = "".join(self.lines)
+        if text.isascii() or self.filename in _STDIN_NAMES:
+            return text
+        try:
+            as_latin1 = text.encode("latin-1")
+            with open(self.filename, "rb") as handle:
+                data = handle.read()
+        except (UnicodeEncodeError, OSError):  # decoded past latin-1, or not on disk
+            return text
+        # flake8 reads with universal newlines
+        return data if data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") == as_latin1 else text
 
 
 def _settings_for(filename: str) -> Settings | ConfigError:

@@ -11,14 +11,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from concurrent.futures.process import BrokenProcessPool
 
 from memlint import __version__
-from memlint.cli.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
-                            load_settings, parse_codes)
-from memlint.engine import Report, RuleCrash, check_paths, check_source
-from memlint.finding import InternalError
-from memlint.cli.reporters import FORMATS, statistics
+from memlint.cli.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
+                                common_parent, find_pyproject, load_settings, parse_codes)
+from memlint.engine import Source, check_sources, discover_sources, size_limit
+from memlint.cli.reporters import FORMATS, display_path, statistics
 from memlint.rules import NAMES_BY_CODE
 from memlint.engine.settings import Settings
 
@@ -34,11 +32,26 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _code_list(ignoring: bool = False):
+    """Codes for --select and friends; an empty selection is a mistake, an empty
+    ignore list clears the config's."""
     def parse(text: str) -> list[str]:
         try:
-            return parse_codes(text, "", ignoring=ignoring)
+            codes = parse_codes(text, "", ignoring=ignoring)
         except ConfigError as error:
             raise argparse.ArgumentTypeError(str(error).removeprefix(": ")) from None
+        if not codes and not ignoring:
+            raise argparse.ArgumentTypeError(NOTHING_SELECTED)
+        return codes
+    return parse
+
+
+def _budget(unit: str):
+    def parse(text: str) -> float | None:
+        try:
+            return budget(float(text), "", unit)
+        except (ValueError, ConfigError):
+            raise argparse.ArgumentTypeError(f"expected a number of {unit} (0: no limit), "
+                                             f"got {text!r}") from None
     return parse
 
 
@@ -85,9 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="count the findings per code after the findings")
     check.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
                        help="processes to check with (default 0: one per CPU)")
+    check.add_argument("--max-file-size", type=_budget("MB"), default=argparse.SUPPRESS, metavar="MB",
+                       help="a larger file is one MEM000 finding, not read (default 2; 0: no limit)")
+    check.add_argument("--file-timeout", type=_budget("seconds"), default=argparse.SUPPRESS, metavar="SECONDS",
+                       help="stop checking a file after this long: one MEM000 finding "
+                            "(default 60; 0: no limit)")
+    check.add_argument("--max-file-memory", type=_budget("MB"), default=argparse.SUPPRESS, metavar="MB",
+                       help="stop checking a file that needs more memory: one MEM000 finding "
+                            "(default 2048; 0: no limit)")
     check.add_argument("--stdin-filename", metavar="PATH",
-                       help="the name of the file read from stdin: shown in findings and "
-                            "used to find its config and per-file-ignores")
+                       help="the name of the file read from stdin: shown in findings, "
+                            "used to find its config and per-file-ignores; a name ending in "
+                            ".ipynb reads a notebook")
     config = check.add_mutually_exclusive_group()
     config.add_argument("--config", metavar="PYPROJECT",
                         help="read [tool.memlint] from this file instead of searching for one")
@@ -138,26 +160,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check(options: argparse.Namespace) -> int:
     paths = options.paths or ["."]
-    reads_stdin = "-" in paths
     settings = _settings(options, paths)
     missing = [p for p in paths if p != "-" and not os.path.lexists(p)]
     for path in missing:
-        print(f"memlint: {path}: no such file or directory", file=sys.stderr)
+        print(f"memlint: {display_path(path)}: no such file or directory", file=sys.stderr)
     on_disk = [p for p in paths if p != "-" and p not in missing]
     if options.force_exclude:
         on_disk = [p for p in on_disk if not settings.is_excluded(p)]
-    try:
-        report = check_paths(on_disk, settings, jobs=options.jobs or None) if on_disk \
-            else Report()
-    except BrokenProcessPool as error:
-        print(f"memlint: internal error: a worker process died ({error}); "
-              f"run with -j 1 to find the file", file=sys.stderr)
-        return EXIT_ERROR
-    if reads_stdin:
-        _check_stdin(options, settings, report)
+    sources = discover_sources(on_disk, settings)
+    stdin = _stdin_source(options, settings) if "-" in paths else None
+    if stdin is not None:
+        sources.append(stdin)
+    report = check_sources(sources, settings, jobs=options.jobs or None)
     for error in report.errors:
-        print(f"memlint: internal error while checking {error.path}: {error.message} "
-              f"(a memlint bug; the other files were checked)", file=sys.stderr)
+        print(f"memlint: internal error while checking {display_path(error.path)}: "
+              f"{error.message} (a memlint bug; the other files were checked)", file=sys.stderr)
     _write(FORMATS[options.format](report, __version__))
     if options.statistics and report.findings:
         counts = statistics(report)
@@ -176,36 +193,52 @@ def _settings(options: argparse.Namespace, paths: list[str]) -> Settings:
     if options.no_config:
         settings = Settings(root=os.getcwd())
     elif options.config:
-        if not os.path.isfile(options.config):
+        if not os.path.exists(options.config):
             raise ConfigError(f"--config {options.config}: no such file")
+        if not os.path.isfile(options.config):
+            raise ConfigError(f"--config {options.config}: not a regular file (--no-config "
+                              f"uses the defaults)")
         from pathlib import Path
         settings = load_settings(Path(options.config))
     else:
         anchors = [options.stdin_filename if p == "-" and options.stdin_filename else p
                    for p in paths]
         settings = load_settings(find_pyproject(common_parent(anchors)))
+    given = vars(options)  # a budget flag not given is absent (argparse.SUPPRESS)
+    flags = {field: given[key.replace("-", "_")] for key, (field, _) in BUDGETS.items()
+             if key.replace("-", "_") in given}
     return apply_overrides(settings, select=options.select, ignore=options.ignore,
                            extend_select=options.extend_select,
                            extend_ignore=options.extend_ignore,
-                           extend_exclude=options.extend_exclude)
+                           extend_exclude=options.extend_exclude,
+                           budgets=flags)
 
 
-def _check_stdin(options: argparse.Namespace, settings: Settings, report: Report) -> None:
+def _stdin_source(options: argparse.Namespace, settings: Settings) -> Source | None:
+    """What `-` names, read up to one byte past the size limit; None if excluded."""
     name = options.stdin_filename or "-"
     if options.force_exclude and options.stdin_filename and settings.is_excluded(name):
-        return
-    data = sys.stdin.buffer.read()
+        return None
+    limit = settings.max_file_size_mb
     try:
-        findings = check_source(data, name, settings)
-    except RuleCrash as crash:
-        report.errors.append(InternalError(name, str(crash)))
-        return
-    report.findings = sorted([*report.findings, *findings])
-    report.files += 1
+        stream = sys.stdin.buffer
+        data = stream.read() if limit is None else stream.read(size_limit(limit) + 1)
+    except (AttributeError, OSError, ValueError) as error:  # no stdin at all: `<&-`
+        reason = "it is closed" if sys.stdin is None else (
+            getattr(error, "strerror", None) or str(error))
+        raise ConfigError(f"cannot read stdin ('-'): {reason}") from None
+    return Source(name, data)
 
 
 def _write(text: str) -> None:
-    sys.stdout.write(text)
+    """Always UTF-8, whatever the locale or PYTHONIOENCODING say: reports are read
+    by tools, and a character the terminal's encoding lacks must not end the run."""
+    sys.stdout.flush()
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:
+        sys.stdout.write(text)
+    else:
+        stream.write(text.encode("utf-8", "backslashreplace"))
     sys.stdout.flush()
 
 

@@ -24,11 +24,28 @@ SARIF_SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/sche
                 "sarif-schema-2.1.0.json")
 
 
+def display_path(path: str) -> str:
+    """The path as valid UTF-8 text: bytes of a file name that are not UTF-8 (which
+    Python keeps as surrogate escapes) are shown as `\\xff`, as `ls -b` would."""
+    if path.isascii():
+        return path
+    return _path_bytes(path).decode("utf-8", "backslashreplace")
+
+
+def _path_bytes(path: str) -> bytes:
+    """The file name's own bytes (what the file system holds)."""
+    try:
+        return path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate that no file name decodes to
+        return path.encode("utf-8", "backslashreplace")
+
+
 def location(finding: Finding) -> str:
     """`path:line:col`, or `notebook.ipynb:cell 4:2:9` inside a notebook (as ruff writes it)."""
+    path = display_path(finding.path)
     if finding.cell is not None:
-        return f"{finding.path}:cell {finding.cell}:{finding.cell_line}:{finding.column}"
-    return f"{finding.path}:{finding.line}:{finding.column}"
+        return f"{path}:cell {finding.cell}:{finding.cell_line}:{finding.column}"
+    return f"{path}:{finding.line}:{finding.column}"
 
 
 def text(report: Report, version: str) -> str:
@@ -38,8 +55,8 @@ def text(report: Report, version: str) -> str:
 def json_format(report: Report, version: str) -> str:
     """An array of findings; internal errors become objects with code null, so a
     consumer that reads only `code`-carrying records still sees a valid array."""
-    records = [f.to_dict() for f in report.findings]
-    records += [{"path": e.path, "line": None, "column": None, "end_line": None,
+    records = [{**f.to_dict(), "path": display_path(f.path)} for f in report.findings]
+    records += [{"path": display_path(e.path), "line": None, "column": None, "end_line": None,
                  "end_column": None, "code": None, "name": "internal-error",
                  "message": f"internal error: {e.message}"} for e in report.errors]
     return json.dumps(records, indent=2, ensure_ascii=False) + "\n"
@@ -49,14 +66,14 @@ def github(report: Report, version: str) -> str:
     """GitHub workflow commands: one `::warning` annotation per finding."""
     lines = []
     for f in report.findings:
-        properties = {"file": f.path, "line": f.line, "col": f.column,
+        properties = {"file": display_path(f.path), "line": f.line, "col": f.column,
                       "endLine": f.end_line, "endColumn": f.end_column,
                       "title": f"{f.code} {f.name}"}
         level = "error" if f.code == SYNTAX_ERROR_CODE else "warning"
         lines.append(f"::{level} {_github_properties(properties)}::"
                      f"{_escape_data(_with_cell(f))}")
     for error in report.errors:
-        lines.append(f"::error {_github_properties({'file': error.path, 'title': 'memlint'})}"
+        lines.append(f"::error {_github_properties({'file': display_path(error.path), 'title': 'memlint'})}"
                      f"::{_escape_data('internal error: ' + error.message)}")
     return "".join(line + "\n" for line in lines)
 
@@ -138,12 +155,20 @@ def _uri(path: str) -> str:
     absolute = os.path.abspath(path)
     relative = os.path.relpath(absolute)
     if relative.startswith(os.pardir) or os.path.isabs(relative):
-        return PurePath(absolute).as_uri()
-    return quote(PurePath(relative).as_posix())
+        return _file_uri(absolute)
+    # a ':' stays encoded here: in a relative URI's first segment it would read as a scheme
+    return quote(_path_bytes(PurePath(relative).as_posix()), safe="/")
+
+
+def _file_uri(absolute: str) -> str:
+    """`file:` URI of an absolute path, its bytes percent-encoded (RFC 8089)."""
+    posix = PurePath(absolute).as_posix()
+    drive = "/" if not posix.startswith("/") else ""  # C:/x -> file:///C:/x
+    return f"file://{drive}{quote(_path_bytes(posix), safe='/:')}"
 
 
 def _directory_uri(path: str) -> str:
-    return PurePath(os.path.abspath(path)).as_uri().rstrip("/") + "/"
+    return _file_uri(os.path.abspath(path)).rstrip("/") + "/"
 
 
 FORMATS: dict[str, Callable[[Report, str], str]] = {

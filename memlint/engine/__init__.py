@@ -4,9 +4,11 @@ Front ends (the CLI, the flake8 plugin, verify) call it; it runs the rules,
 which ask the analyses.
 """
 
-from memlint.engine.paths import (NOTEBOOK_SUFFIX, PYTHON_SUFFIXES, Report, check_file,
-                                  check_paths, discover)
+from memlint.engine.paths import (NOTEBOOK_SUFFIX, PYTHON_SUFFIXES, Report, Source,
+                                  check_file, check_paths, check_sources, discover,
+                                  discover_sources, size_limit)
 from memlint.engine.source import RuleCrash, check_source, decode, syntax_error
 
-__all__ = ["NOTEBOOK_SUFFIX", "PYTHON_SUFFIXES", "Report", "RuleCrash", "check_file",
-           "check_paths", "check_source", "decode", "discover", "syntax_error"]
+__all__ = ["NOTEBOOK_SUFFIX", "PYTHON_SUFFIXES", "Report", "RuleCrash", "Source", "check_file",
+           "check_paths", "check_source", "check_sources", "decode", "discover",
+           "discover_sources", "size_limit", "syntax_error"]

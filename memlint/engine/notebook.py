@@ -42,9 +42,11 @@ PYTHON_CELL_MAGICS = frozenset({
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CELL_MAGIC = re.compile(r"\s*%%(?P<name>\w+)")
-# `%magic`, `!cmd`, `x = %magic`, `files = !ls`, `?obj`, `obj?`, `obj??`
+# `%magic`, `!cmd`, `x = %magic`, `files = !ls`, `?obj`, `obj?`, `obj??`, matched
+# after the indentation (an indentation group overlapping `[...\s]+` takes
+# quadratic time on a long run of spaces)
 _IPYTHON_LINE = re.compile(
-    r"(?P<indent>\s*)(?:(?:[\w.\[\]\s,]+=\s*)?[%!]|\?\??[\w.]*\s*$|[\w.]+\?\??\s*$)")
+    r"(?:(?:[\w.\[\]\s,]+=\s*)?[%!]|\?\??[\w.]*\s*$|[\w.]+\?\??\s*$)")
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ def check_notebook_source(data: str | bytes, path: str,
     except json.JSONDecodeError as error:
         return [syntax_error(path, error.lineno, error.colno,
                              f"not a notebook: invalid JSON ({error.msg})")]
+    except RecursionError:  # `[[[[...]]]]`: the json module recurses per level
+        return [syntax_error(path, 1, 1, "not a notebook: JSON nested too deeply")]
     problem = _shape_problem(notebook)
     if problem:
         return [syntax_error(path, 1, 1, f"not a notebook memlint can read: {problem}")]
@@ -121,11 +125,11 @@ def python_lines(lines: list[str]) -> list[str]:
 
 
 def _without_ipython_syntax(line: str) -> str:
-    match = _IPYTHON_LINE.match(line)
-    if match is None:
+    code = line.lstrip()
+    if _IPYTHON_LINE.match(code) is None:
         return line
     # `pass` keeps a block valid where the magic was its only statement
-    return f"{match.group('indent')}pass"
+    return f"{line[:len(line) - len(code)]}pass"
 
 
 def _parse_error(lines: list[str]) -> tuple[int, int, str] | None:
@@ -137,7 +141,10 @@ def _parse_error(lines: list[str]) -> tuple[int, int, str] | None:
     except SyntaxError as error:
         return (error.lineno or 1, error.offset or 1,
                 f"cannot parse this cell, its code was not checked: {error.msg}")
-    except (ValueError, RecursionError, MemoryError) as error:
+    except (RecursionError, MemoryError):
+        return 1, 1, ("cannot parse this cell, its code was not checked: an expression is "
+                      "nested or chained too deeply (Python refuses it too)")
+    except ValueError as error:  # null bytes
         return 1, 1, f"cannot parse this cell, its code was not checked: {error}"
     return None
 

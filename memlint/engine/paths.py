@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+import stat
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 from memlint.analysis.project import ModuleFacts, Project, module_name
-
+from memlint.engine.isolation import Budget, Failure, run_supervised
+from memlint.engine.notebook import check_notebook_source
 from memlint.engine.settings import Settings
 from memlint.engine.source import RuleCrash, analyse_source, syntax_error
 from memlint.finding import Finding, InternalError
@@ -27,6 +29,17 @@ class Report:
     files: int = 0
 
 
+@dataclass(frozen=True)
+class Source:
+    """One file to check: a path on disk, or `data` already read (stdin) shown
+    as `path`; `root` is the directory it was found under (its module name in
+    the project is relative to it), None for a file named on its own."""
+
+    path: str
+    data: bytes | None = None
+    root: str | None = None
+
+
 class FileResult(NamedTuple):
     """One file's findings (some may wait on the project: `Finding.unless`),
     memlint's own failure on it if any, and the facts it gives the project."""
@@ -36,80 +49,146 @@ class FileResult(NamedTuple):
     facts: ModuleFacts | None = None
 
 
-def check_file(path: str, settings: Settings) -> tuple[list[Finding], InternalError | None]:
-    """One file from disk, judged on what it shows; never raises."""
-    result = analyse_file(path, settings)
+def check_file(path: str, settings: Settings,
+               data: bytes | None = None) -> tuple[list[Finding], InternalError | None]:
+    """One file, from disk or from `data`, judged on what it shows; never
+    raises. Runs in the calling process: `check_paths` is what survives a file
+    that kills its process."""
+    result = analyse_file(Source(path, data), settings)
     return Project([result.facts]).settle(result.findings), result.error
 
 
-def analyse_file(path: str, settings: Settings, root: str | None = None) -> FileResult:
-    """One file from disk as part of the project under `root`; never raises."""
+def analyse_file(source: Source, settings: Settings) -> FileResult:
+    """One file as part of a project; never raises."""
+    path, data = source.path, source.data
     try:
-        if path.endswith(NOTEBOOK_SUFFIX):
-            from memlint.engine.notebook import check_notebook
-            return FileResult(check_notebook(path, settings))  # a notebook is a program of its own
-        with open(path, "rb") as handle:
-            data = handle.read()
+        if data is None:
+            data = read_regular_file(path, settings.max_file_size_mb)
+        elif _larger_than(data, settings.max_file_size_mb):
+            raise Unreadable(too_large(settings.max_file_size_mb))
+        if path.endswith(NOTEBOOK_SUFFIX):  # a notebook is a program of its own
+            return FileResult(check_notebook_source(data, path, settings))
+        findings, facts = analyse_source(data, path, settings,
+                                         module=module_name(path, source.root))
+        return FileResult(findings, None, facts)
+    except Unreadable as problem:
+        return FileResult([syntax_error(path, 1, 1, f"cannot read the file: {problem}")])
     except OSError as error:
         return FileResult([syntax_error(path, 1, 1,
                                         f"cannot read the file: {error.strerror or error}")])
-    except RuleCrash as crash:  # from a notebook's cells
-        return FileResult([], InternalError(path, str(crash)))
-    try:
-        findings, facts = analyse_source(data, path, settings, module=module_name(path, root))
-        return FileResult(findings, None, facts)
     except RuleCrash as crash:
         return FileResult([], InternalError(path, str(crash)))
     except Exception as error:  # memlint's own bug: report it for this file, check the rest
         return FileResult([], InternalError(path, f"{type(error).__name__}: {error}"))
 
 
-def _check_chunk(args: tuple[list[str], Settings, dict[str, str]]) -> list[FileResult]:
-    paths, settings, roots = args
-    return [analyse_file(p, settings, roots.get(p)) for p in paths]
+class Unreadable(Exception):
+    """A path memlint will not read: not a regular file, or over the size limit."""
+
+
+def read_regular_file(path: str, max_size_mb: float | None) -> bytes:
+    """The file's bytes. Anything but a regular file (a FIFO would block forever,
+    /dev/zero never ends) and anything over the size limit raise `Unreadable`;
+    opened without blocking and checked on the open file, so a path swapped in
+    between cannot slip through."""
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+                         | getattr(os, "O_BINARY", 0))
+    with open(descriptor, "rb") as handle:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise Unreadable(f"it is {_kind(status.st_mode)}, not a regular file")
+        data = handle.read() if max_size_mb is None else handle.read(size_limit(max_size_mb) + 1)
+    if _larger_than(data, max_size_mb):
+        raise Unreadable(too_large(max_size_mb))
+    return data
+
+
+def size_limit(max_size_mb: float) -> int:
+    """In bytes; a caller reading a stream reads one byte more, to tell "over" from "at"."""
+    return int(max_size_mb * 2**20)
+
+
+def _larger_than(data: bytes, max_size_mb: float | None) -> bool:
+    return max_size_mb is not None and len(data) > size_limit(max_size_mb)
+
+
+def too_large(max_size_mb: float) -> str:
+    return (f"it is larger than {max_size_mb:g} MB (max-file-size); exclude it or raise the "
+            f"limit with --max-file-size")
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISDIR, "a directory"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _check_one(source: Source, settings: Settings) -> FileResult:
+    return analyse_file(source, settings)
 
 
 def check_paths(paths: Iterable[str], settings: Settings | None = None,
                 jobs: int | None = None) -> Report:
     """Check files and directories (recursing, honouring excludes) in parallel."""
     settings = settings or Settings()
-    roots = dict(discover_with_roots(paths, settings))
-    files = sorted(roots)
-    report = Report(files=len(files))
-    jobs = jobs or os.cpu_count() or 1
-    results: list[FileResult] = []
-    if jobs <= 1 or len(files) < 4:
-        results = [analyse_file(p, settings, roots[p]) for p in files]
-    else:
-        chunks = [files[i::jobs * 4] for i in range(jobs * 4)]
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for chunk in pool.map(_check_chunk, [(c, settings, roots) for c in chunks if c]):
-                results.extend(chunk)
+    return check_sources(discover_sources(paths, settings), settings, jobs)
+
+
+def discover_sources(paths: Iterable[str], settings: Settings) -> list[Source]:
+    """`discover`'s files as sources, each with the directory it was found under."""
+    roots: dict[str, str | None] = {}
+    for path in paths:
+        if os.path.isdir(path):
+            for found in _walk_directory(path, settings):
+                roots.setdefault(found, path)
+        else:
+            roots.setdefault(path, None)
+    return [Source(path, root=roots[path]) for path in sorted(roots)]
+
+
+def check_sources(sources: Sequence[Source], settings: Settings,
+                  jobs: int | None = None) -> Report:
+    """Check files in supervised worker processes (see `isolation`): a file that
+    crashes, hangs or swamps its worker is one MEM000 finding, the others are
+    checked as if it were not there. `jobs` is capped at the CPUs and the files."""
+    report = Report(files=len(sources))
+    budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
+    outcomes = run_supervised(partial(_check_one, settings=settings), sources,
+                              useful_jobs(jobs, len(sources)), budget)
+    findings: list[Finding] = []
+    facts: list[ModuleFacts | None] = []
+    for source, outcome in zip(sources, outcomes):
+        if isinstance(outcome, Failure):
+            findings.append(syntax_error(source.path, 1, 1,
+                                         f"cannot check the file: {outcome.reason}"))
+            continue
+        findings.extend(outcome.findings)
+        facts.append(outcome.facts)
+        if outcome.error is not None:
+            report.errors.append(outcome.error)
     # a tree checked whole is the project; files named one by one (a hook, an
     # editor) may be a few of a larger project's
-    whole_trees = any(root is not None for root in roots.values())
-    project = Project((result.facts for result in results), look_around=not whole_trees)
-    report.findings = project.settle(f for result in results for f in result.findings)
-    report.errors = sorted((r.error for r in results if r.error is not None), key=lambda e: e.path)
+    whole_trees = any(source.root is not None for source in sources)
+    report.findings = Project(facts, look_around=not whole_trees).settle(findings)
+    report.errors.sort(key=lambda e: e.path)
     return report
+
+
+def useful_jobs(jobs: int | None, files: int) -> int:
+    """More processes than CPUs or than files only cost start-up and memory."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(jobs or cpus or 1, cpus or 1, files))
 
 
 def discover(paths: Iterable[str], settings: Settings) -> Iterator[str]:
     """Python files and notebooks under `paths`. A file named explicitly is
     always checked; excludes apply to what a directory walk finds."""
-    for path, _ in discover_with_roots(paths, settings):
-        yield path
-
-
-def discover_with_roots(paths: Iterable[str], settings: Settings) -> Iterator[tuple[str, str | None]]:
-    """`discover`, with the directory each file was found under (its module
-    name is relative to it); None for a file named on its own."""
     for path in paths:
         if os.path.isdir(path):
-            for found in _walk_directory(path, settings):
-                yield found, path
+            yield from _walk_directory(path, settings)
         else:
-            yield path, None
+            yield path
 
 
 def _walk_directory(top: str, settings: Settings) -> Iterator[str]:

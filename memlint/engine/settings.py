@@ -30,6 +30,12 @@ class Settings:
     rule_options: dict[str, dict] = field(default_factory=dict)
     #: where relative `exclude` / `per-file-ignores` patterns are anchored
     root: str = "."
+    #: budgets of one file (None: no limit). libcst needs about 1 GB of memory
+    #: per MB of dense code and minutes for some shapes, so one odd file
+    #: (generated tables, minified code) must not stall or swamp a run.
+    max_file_size_mb: float | None = 2.0
+    file_timeout_s: float | None = 60.0
+    max_file_memory_mb: float | None = 2048.0
 
     def selected_codes(self, path: str | None = None) -> frozenset[str]:
         """The rule codes that apply to `path`; MEM000 always does."""

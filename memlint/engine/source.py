@@ -56,8 +56,9 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
     if isinstance(source, bytes):
         try:
             source = decode(source)
-        except UnicodeDecodeError as error:
-            return [_decode_failure(path, source, error)], None
+        except Undecodable as error:
+            return [syntax_error(path, error.line, error.column,
+                                 f"cannot decode the file{error.reason}")], None
     if skips_file(source):
         return [], None
     facts = ModuleFacts(path, module_name(path) if module is None else module,
@@ -169,12 +170,21 @@ def _place(module: cst.Module, source: str, path: str, reports,
 
 
 #: libcst's native parser recurses on the machine stack: about 2,000 nested
-#: brackets or 10,000 chained operators kill the process (SIGSEGV), and depths
-#: in the low thousands already take it tens of seconds. CPython's own parser
-#: refuses such code cleanly, so a file that looks deep is first given to it.
+#: brackets or 10,000 chained operators kill the process (SIGSEGV), and chains
+#: in the low thousands already take it seconds to minutes (the time grows with
+#: the cube of the length). CPython's own parser refuses such code cleanly, so a
+#: file that looks deep is first given to it. The supervisor in `isolation`
+#: catches what these cheap looks miss, at the cost of a crash or a timeout.
 _BRACKETS = re.compile(r"[()\[\]{}]")
 _SUSPICIOUS_DEPTH = 100
 _SUSPICIOUS_LINE_LENGTH = 2000
+#: 50 lines in a row that each start with an operator: an expression chained
+#: over many lines (`not` / `-` / `+ 1` / `.attr` / `\`-continued), never seen
+#: in real code. The pattern starts with a literal so that it scans fast.
+_OPERATOR_LINE = r"\n[ \t]*(?:(?:not|and|or|is|in|if|else)\b|[-+~*/%@&|^.<>=!])[^\n]{0,80}"
+_CHAINED_LINES = re.compile(_OPERATOR_LINE * 2 + f"(?:{_OPERATOR_LINE}){{48}}")
+_CONTINUED_LINES = re.compile(r"(?:\\\r?\n[^\n]{0,80}){50}")
+_OPENING_RUN = re.compile(r"[(\[{](?:[^()\[\]{}]*[(\[{]){%d}" % _SUSPICIOUS_DEPTH)
 _DEPTH_ERRORS = ("too many nested parentheses", "too many levels of indentation",
                  "too many statically nested blocks")
 _LIBCST_POSITION = re.compile(r"error at (\d+):(\d+)")
@@ -182,13 +192,15 @@ _LIBCST_POSITION = re.compile(r"error at (\d+):(\d+)")
 
 def _nested_too_deeply(source: str) -> tuple[int, int, str] | None:
     """(line, column, reason) when the file is nested beyond what CPython accepts;
-    checked only for files whose brackets or line lengths make that possible."""
+    checked only for files whose brackets, line lengths or chains make that possible."""
     if not _looks_deep(source):
         return None
     try:
         tree = ast.parse(source)
     except (RecursionError, MemoryError):
-        return 1, 1, "cannot parse the file: expressions nested too deeply (Python refuses it too)"
+        line = _where_deep(source)
+        return line, 1, (f"cannot parse the file: an expression from line {line} is nested or "
+                         f"chained too deeply (Python refuses it too)")
     except SyntaxError as error:
         if error.msg.startswith(_DEPTH_ERRORS):
             return error.lineno or 1, error.offset or 1, f"cannot parse the file: {error.msg}"
@@ -220,13 +232,24 @@ def _deepest_node(tree: ast.AST) -> tuple[int, int, int] | None:
 
 
 def _looks_deep(source: str) -> bool:
-    if max(map(len, _LINE_BREAK.split(source)), default=0) > _SUSPICIOUS_LINE_LENGTH:
+    if max(map(len, source.split("\n")), default=0) > _SUSPICIOUS_LINE_LENGTH:
+        return True
+    if _CHAINED_LINES.search(source) or (source.count("\\\n") >= 50
+                                         and _CONTINUED_LINES.search(source)):
         return True
     depth = deepest = 0
     for bracket in _BRACKETS.findall(source):
         depth = depth + 1 if bracket in "([{" else max(depth - 1, 0)
         deepest = max(deepest, depth)
     return deepest > _SUSPICIOUS_DEPTH
+
+
+def _where_deep(source: str) -> int:
+    """The line where a deep chain or bracket run starts (1 if none is found), for
+    a file CPython refused without saying where."""
+    starts = [m.start() + 1 for p in (_CHAINED_LINES, _CONTINUED_LINES, _OPENING_RUN)
+              if (m := p.search(source))]
+    return source.count("\n", 0, min(starts)) + 1 if starts else 1
 
 
 def _parse_failure(source: str, error: cst.ParserSyntaxError) -> tuple[int, int, str]:
@@ -248,36 +271,75 @@ def _parse_failure(source: str, error: cst.ParserSyntaxError) -> tuple[int, int,
     return line, column, f"cannot parse the file: {error.message.removeprefix('parser error: ')}"
 
 
-def _decode_failure(path: str, data: bytes, error: UnicodeDecodeError) -> Finding:
-    before = data[:error.start]
-    line = before.count(b"\n") + 1
-    column = error.start - (before.rfind(b"\n") + 1) + 1
-    byte = data[error.start:error.start + 1]
-    if byte == b"\0":
-        return syntax_error(path, line, column, f"cannot decode the file: {error.reason}")
-    return syntax_error(path, line, column,
-                        f"cannot decode the file as {error.encoding}: {error.reason} "
-                        f"(byte 0x{byte.hex()}); save it as UTF-8 or declare its encoding "
-                        f"in a '# -*- coding: ... -*-' comment")
-
-
 def syntax_error(path: str, line: int, column: int, message: str) -> Finding:
     return Finding(path=path, line=line, column=column, code=SYNTAX_ERROR_CODE,
                    end_line=line, end_column=column, name=NAMES_BY_CODE[SYNTAX_ERROR_CODE],
                    message=message)
 
 
+class Undecodable(ValueError):
+    """Why the bytes are not Python source text, and where. `reason` follows
+    "cannot decode the file"."""
+
+    def __init__(self, line: int, column: int, reason: str) -> None:
+        super().__init__(reason)
+        self.line, self.column, self.reason = line, column, reason
+
+
+#: byte order marks of encodings that are not ASCII-compatible, so no coding
+#: cookie can name them and CPython reads NUL bytes instead
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+              (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
 def decode(data: bytes) -> str:
-    """Python's own rules: a BOM or a coding cookie, else UTF-8."""
+    """Python's own rules: a BOM or a coding cookie, else UTF-8; what CPython
+    refuses (an unknown or non-text codec, a BOM that contradicts the cookie)
+    raises `Undecodable` with CPython's reason."""
+    import codecs
     import io
     import tokenize
 
+    for bom, name in _WIDE_BOMS:
+        if data.startswith(bom):
+            raise Undecodable(1, 1, f": it is {name} (it starts with a {name} byte order "
+                                    f"mark); Python reads only ASCII-compatible encodings, "
+                                    f"save it as UTF-8")
     if b"\0" in data:
-        raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1,
-                                 "it contains NUL bytes (is it a binary file?)")
+        raise Undecodable(*_line_and_column(data, data.index(b"\0")),
+                          ": it contains NUL bytes (is it a binary file?)")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError:
+    except SyntaxError as error:
+        if data.startswith(codecs.BOM_UTF8):
+            reason = "its UTF-8 byte order mark contradicts its coding cookie"
+        elif error.msg.startswith("invalid or missing encoding declaration"):
+            reason = None  # not UTF-8 on its first lines: decoding names the byte
+        else:
+            reason = error.msg  # `unknown encoding: nosuchcodec`
+        if reason is not None:
+            raise Undecodable(_cookie_line(data), 1,
+                              f": {reason} (Python refuses it too)") from None
         encoding = "utf-8"
-    text = data.decode(encoding)
+    try:
+        text = data.decode(encoding)
+    except LookupError as error:  # `# coding: hex`: a codec, but not of text
+        raise Undecodable(_cookie_line(data), 1, f": {error} (Python refuses it too)") from None
+    except UnicodeDecodeError as error:
+        raise Undecodable(*_line_and_column(data, error.start),
+                          f" as {error.encoding}: {error.reason} "
+                          f"(byte 0x{data[error.start:error.start + 1].hex()}); save it as "
+                          f"UTF-8 or declare its encoding in a '# -*- coding: ... -*-' "
+                          f"comment") from None
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def _line_and_column(data: bytes, offset: int) -> tuple[int, int]:
+    before = data[:offset]
+    return before.count(b"\n") + 1, offset - (before.rfind(b"\n") + 1) + 1
+
+
+def _cookie_line(data: bytes) -> int:
+    """Where the coding cookie is: a cookie counts on line 1 or 2 only."""
+    first, _, rest = data.partition(b"\n")
+    return 2 if b"coding" not in first and b"coding" in rest.partition(b"\n")[0] else 1

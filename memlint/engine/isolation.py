@@ -1,0 +1,194 @@
+"""Supervised checking: every file is checked in a worker process that the parent
+watches, so that a file that kills its worker (libcst's native parser overflows
+its stack on some deeply chained code), hangs it, or swamps its memory costs that
+file one MEM000 finding naming the reason, never the run and never another
+file's findings; with one job as with many.
+
+The parent hands each worker one file at a time, so when a worker dies or is
+stopped the file it was on is known; a fresh worker takes the rest.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import TypeVar
+
+Task = TypeVar("Task")
+Result = TypeVar("Result")
+
+#: how often a busy worker's memory is measured
+_MEMORY_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one file may cost its worker; None is no limit."""
+
+    seconds: float | None = None
+    memory_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a worker gave no result for a task: the sentence that ends
+    "cannot check the file: ...". """
+
+    reason: str
+
+
+def run_supervised(check: Callable[[Task], Result], tasks: Sequence[Task], workers: int,
+                   budget: Budget) -> list[Result | Failure]:
+    """`check(task)` for every task, in `workers` processes; a task whose worker
+    died or went over its budget gets a `Failure` in its place."""
+    results: list[Result | Failure | None] = [None] * len(tasks)
+    pending = deque(range(len(tasks)))
+    pool = [_Worker(check) for _ in range(min(workers, len(tasks)))]
+    try:
+        for worker in pool:
+            worker.take(pending, tasks)
+        while any(w.task is not None for w in pool):
+            busy = [w for w in pool if w.task is not None]
+            ready = wait([o for w in busy for o in (w.connection, w.process.sentinel)],
+                         timeout=_wait_seconds(busy, budget))
+            for worker in busy:
+                outcome = worker.outcome(ready, budget)
+                if outcome is None:
+                    continue
+                results[worker.task] = outcome
+                if isinstance(outcome, Failure):
+                    worker.replace()
+                worker.task = None
+                worker.take(pending, tasks)
+    finally:
+        for worker in pool:
+            worker.ask_to_stop()
+        for worker in pool:
+            worker.stop()
+    return results  # type: ignore[return-value]
+
+
+def _wait_seconds(busy: list[_Worker], budget: Budget) -> float | None:
+    waits = []
+    if budget.memory_mb is not None and _CAN_MEASURE_MEMORY:
+        waits.append(_MEMORY_POLL_S)
+    if budget.seconds is not None:
+        now = time.monotonic()
+        waits += [max(w.started + budget.seconds - now, 0) for w in busy]
+    return min(waits, default=None)
+
+
+class _Worker:
+    """One worker process and the task it is on."""
+
+    def __init__(self, check: Callable[[Task], Result]) -> None:
+        self.check = check
+        self.task: int | None = None
+        self.started = 0.0
+        self._start()
+
+    def _start(self) -> None:
+        self.connection, child_end = _CONTEXT.Pipe()
+        self.process = _CONTEXT.Process(target=_serve, args=(child_end, self.check), daemon=True)
+        self.process.start()
+        child_end.close()
+
+    def take(self, pending: deque[int], tasks: Sequence[Task]) -> None:
+        if not pending:
+            return
+        self.task = pending.popleft()
+        self.started = time.monotonic()
+        self.connection.send(tasks[self.task])
+
+    def outcome(self, ready: list, budget: Budget) -> Result | Failure | None:
+        """The result of the current task, a Failure, or None while it runs."""
+        if self.connection in ready:
+            try:
+                return self.connection.recv()
+            except (EOFError, OSError):  # died while sending: judged by its exit below
+                self.process.join()
+        if self.process.sentinel in ready or not self.process.is_alive():
+            self.process.join()
+            return Failure(_death(self.process.exitcode))
+        if budget.seconds is not None and time.monotonic() - self.started >= budget.seconds:
+            return Failure(f"gave up after {budget.seconds:g} s (file-timeout); exclude the "
+                           f"file or raise the limit with --file-timeout")
+        rss = _rss_bytes(self.process.pid) if budget.memory_mb is not None else None
+        if rss is not None and rss > budget.memory_mb * 2**20:
+            return Failure(f"it needed more than {budget.memory_mb:g} MB of memory "
+                           f"(max-file-memory); exclude the file or raise the limit with "
+                           f"--max-file-memory")
+        return None
+
+    def replace(self) -> None:
+        """A fresh process for the remaining tasks, after a death or a budget overrun."""
+        self.stop()
+        self._start()
+
+    def ask_to_stop(self) -> None:
+        """An idle worker leaves at once; a busy one is killed by `stop`."""
+        if self.task is None and self.process.is_alive():
+            try:
+                self.connection.send(None)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self.process.join(timeout=0.05 if self.task is None else 0)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.connection.close()
+
+
+def _serve(connection: Connection, check: Callable) -> None:
+    """A worker's loop: one task in, its result out, until told to stop. Ctrl-C is
+    the parent's to handle: it stops the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            task = connection.recv()
+        except EOFError:  # the parent is gone
+            return
+        if task is None:
+            return
+        connection.send(check(task))
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        if name == "SIGKILL":
+            return ("the process checking it was killed (SIGKILL; the system may have run "
+                    "out of memory)")
+        return (f"the parser crashed on it ({name}); libcst's native parser does on some "
+                f"deeply nested or chained code")
+    return f"the process checking it exited unexpectedly (status {exitcode})"
+
+
+def _rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process, where the system says (Linux); else None."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_CAN_MEASURE_MEMORY = os.path.exists("/proc/self/statm")
+
+#: fork where there is one: a forked worker starts in milliseconds with memlint
+#: and libcst already imported, where a spawned one imports them again (a few
+#: hundred ms), which a one-file pre-commit run would pay each time.
+_CONTEXT = multiprocessing.get_context(
+    "fork" if "fork" in multiprocessing.get_all_start_methods() else None)

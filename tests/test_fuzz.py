@@ -1,0 +1,180 @@
+"""Fuzzing `check` with hypothesis: mutated fixtures and hostile shapes, checked
+in-process (`check_sources`, supervised) and through the console script.
+
+Properties, for every generated file next to good files:
+- no traceback, an exit status in {0, 1, 2} as docs/usage.md promises, output
+  that is valid UTF-8 (and valid JSON for --format json);
+- bounded time (each file has a 10 s budget; a run must end well within 60 s);
+- the good files' findings are exactly what they are without the bad neighbour;
+- `check` never writes to the tree (names, bytes and modification times kept).
+
+Bounded for CI: about 60 examples in-process and 20 through the console script,
+well under a minute on 2 cores. For a longer run by hand, scale the examples:
+
+    MEMLINT_FUZZ_SCALE=50 python -m pytest tests/test_fuzz.py -q
+
+Found while writing it (all fixed): none beyond issue 15's table at the time
+of writing; see the report of the crash-isolation branch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from memlint import Settings
+from memlint.engine import Source, check_sources
+from tests.expectations import fixture_files
+
+SCALE = int(os.environ.get("MEMLINT_FUZZ_SCALE", "1"))
+FIXTURE_BYTES = [p.read_bytes() for p in fixture_files(".py")]
+NOTEBOOK_BYTES = [p.read_bytes() for p in fixture_files(".ipynb")]
+GOOD = {"good_a.py": "import torch\n\nstate = torch.load('ckpt.pt')\n",
+        "good_b.py": "import torch\nfor x in loader:\n    losses.append(model(x.cuda()))\n"}
+SUPERVISED = Settings(file_timeout_s=10)
+FUZZ = settings(deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+# -- what gets generated ----------------------------------------------------------------------
+
+CHAIN_LINKS = ["not", "-", "+ 1", ".attr", "+ 1 \\", "~", "[0]", "()", "and x", "if a else"]
+HOSTILE = [
+    b"\xef\xbb\xbf", b"\xff\xfe", b"\0", b"\xe9", b"\r", b"\r\n", b"\t", b"\x0c", b"\\\n",
+    b"# coding: latin-1\n", b"# coding: hex\n", b"# coding: utf-16\n", b"# memlint: skip-file\n",
+    b"# noqa\n", b"%matplotlib inline\n", b"!pip install x\n", b"model?\n", b"'''", b'"""',
+    b"f'{", b"(", b")", b"[", b"]", b"{", b"}", b":", b"\n    ", b"lambda: ", b"async ",
+    b"match x:\n    case 1:\n        pass\n", b"type X = int\n", b"torch.load(p)\n",
+]
+
+
+@st.composite
+def chains(draw) -> bytes:
+    link = draw(st.sampled_from(CHAIN_LINKS))
+    count = draw(st.sampled_from([10, 200, 1200, 3000, 30_000]))
+    separator = draw(st.sampled_from([" ", "\n"]))
+    if link.endswith("\\"):
+        separator = "\n"
+    body = separator.join([link] * count)
+    return f"x = (1 {separator}{body}{separator} 1)\n".encode()
+
+
+@st.composite
+def mutated_fixtures(draw) -> bytes:
+    """A fixture file with a few splices: cut, copy, hostile bytes, a chain."""
+    data = bytearray(draw(st.sampled_from(FIXTURE_BYTES)))
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(data)))
+        kind = draw(st.sampled_from(["cut", "copy", "hostile", "bytes", "chain"]))
+        if kind == "cut":
+            del data[at:at + draw(st.integers(1, 200))]
+        elif kind == "copy":
+            start = draw(st.integers(0, len(data)))
+            data[at:at] = data[start:start + draw(st.integers(1, 400))]
+        elif kind == "hostile":
+            data[at:at] = draw(st.sampled_from(HOSTILE))
+        elif kind == "bytes":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        else:
+            data[at:at] = b"\n" + draw(chains())
+    return bytes(data)
+
+
+@st.composite
+def mutated_notebooks(draw) -> bytes:
+    """A fixture notebook with one cell's code replaced by a mutated fixture, or
+    its JSON cut and spliced."""
+    notebook = json.loads(draw(st.sampled_from(NOTEBOOK_BYTES)))
+    if draw(st.booleans()):
+        code = [c for c in notebook["cells"] if c.get("cell_type") == "code"]
+        cell = draw(st.sampled_from(code))
+        cell["source"] = draw(mutated_fixtures()).decode("utf-8", "surrogateescape")
+        return json.dumps(notebook).encode("utf-8", "surrogateescape")
+    data = bytearray(json.dumps(notebook).encode())
+    at = draw(st.integers(0, len(data)))
+    data[at:at + draw(st.integers(0, 50))] = draw(st.sampled_from(HOSTILE))
+    return bytes(data)
+
+
+hostile_files = st.one_of(mutated_fixtures(), chains(), mutated_notebooks(),
+                          st.binary(max_size=2000))
+
+
+# -- in-process ----------------------------------------------------------------------------------
+
+def good_findings(report, bad_path: str) -> list:
+    return [f for f in report.findings if f.path != bad_path]
+
+
+@pytest.fixture(scope="module")
+def alone():
+    """The good files' findings without any neighbour."""
+    return check_sources([Source(n, t.encode()) for n, t in GOOD.items()], SUPERVISED, 1).findings
+
+
+@settings(FUZZ, max_examples=60 * SCALE)
+@given(data=hostile_files, as_notebook=st.booleans(), jobs=st.sampled_from([1, 2]))
+def test_in_process_one_bad_file_never_costs_another_files_findings(alone, data, as_notebook,
+                                                                    jobs):
+    bad = "bad.ipynb" if as_notebook else "bad.py"
+    sources = [Source(bad, data), *(Source(n, t.encode()) for n, t in GOOD.items())]
+    started = time.monotonic()
+    report = check_sources(sources, SUPERVISED, jobs)
+    assert time.monotonic() - started < 60
+    assert report.errors == [], report.errors  # an internal error is memlint's bug
+    assert good_findings(report, bad) == alone
+    assert all(f.path == bad and f.line >= 1 and f.column >= 1 for f in report.findings
+               if f not in alone)
+
+
+# -- through the console script --------------------------------------------------------------------
+
+def snapshot(root: Path) -> dict:
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def console_alone(tmp_path_factory) -> list[str]:
+    root = tmp_path_factory.mktemp("alone")
+    for name, text in GOOD.items():
+        (root / name).write_text(text)
+    result = subprocess.run([sys.executable, "-m", "memlint", "check", "-j", "1", "."],
+                            cwd=root, capture_output=True, timeout=60, check=False)
+    assert result.returncode == 1 and result.stdout.count(b"MEM0") == 2
+    return result.stdout.decode().splitlines()
+
+
+@settings(FUZZ, max_examples=20 * SCALE)
+@given(data=hostile_files, name=st.sampled_from(["bad.py", "sub/bad.py", "bad.ipynb"]),
+       jobs=st.sampled_from(["1", "2"]), output=st.sampled_from(["text", "json"]))
+def test_console_script_survives_and_never_writes(tmp_path_factory, console_alone, data, name,
+                                                  jobs, output):
+    root = tmp_path_factory.mktemp("fuzz")
+    for good, text in GOOD.items():
+        (root / good).write_text(text)
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    (root / name).write_bytes(data)
+    before = snapshot(root)
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "memlint", "check", "-j", jobs,
+                             "--file-timeout", "10", "--format", output, "."],
+                            cwd=root, capture_output=True, timeout=120, check=False)
+    assert time.monotonic() - started < 60
+    assert result.returncode in (0, 1, 2)
+    assert b"Traceback" not in result.stderr, result.stderr.decode(errors="replace")
+    assert result.stderr == b"", result.stderr  # internal errors would be memlint's bugs
+    out = result.stdout.decode("utf-8")
+    if output == "json":
+        shown = [f"{r['path']}:{r['line']}:{r['column']}: {r['code']} {r['message']}"
+                 for r in json.loads(out) if not r["path"].endswith(name)]
+    else:
+        shown = [line for line in out.splitlines() if not line.startswith(f"./{name}:")]
+    assert shown == console_alone
+    assert snapshot(root) == before
