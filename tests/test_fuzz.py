@@ -13,8 +13,9 @@ well under a minute on 2 cores. For a longer run by hand, scale the examples:
 
     MEMLINT_FUZZ_SCALE=50 python -m pytest tests/test_fuzz.py -q
 
-Found while writing it (all fixed): none beyond issue 15's table at the time
-of writing; see the report of the crash-isolation branch.
+What it found when written: nothing beyond issue 15's table (already fixed),
+neither at the CI bound nor at MEMLINT_FUZZ_SCALE=8 (480 in-process and 160
+console-script examples, 106 s).
 """
 
 from __future__ import annotations
