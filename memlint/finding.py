@@ -6,6 +6,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+@dataclass(frozen=True)
+class Related:
+    """Evidence for a finding, at another place: the copy to CUDA that makes a
+    loader's batches go to the GPU, the caller in another file that runs with
+    autograd on. Lines and columns are 1-based; in a notebook `line` counts the
+    code cells joined, and `cell` / `cell_line` say where it is, as for a finding."""
+
+    path: str
+    line: int
+    column: int
+    message: str
+    cell: int | None = None
+    cell_line: int | None = None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        if self.cell is None:
+            del data["cell"], data["cell_line"]
+        return data
+
+
 @dataclass(frozen=True, order=True)
 class Finding:
     """A rule's verdict on one place in one file.
@@ -24,16 +45,21 @@ class Finding:
     message: str
     cell: int | None = None
     cell_line: int | None = None
+    #: the evidence, where the rule has it; not part of a finding's identity
+    #: (sorting and de-duplication ignore it)
+    related: tuple[Related, ...] = field(default=(), compare=False)
     #: a `memlint.analysis.project.Condition` still to be decided once every
     #: file of the project is known (None: the finding stands)
     unless: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict:
-        """The JSON shape: the fields of DESIGN.md, plus the cell for notebooks."""
+        """The JSON shape: the fields of DESIGN.md, `related` (always a list,
+        often empty), plus the cell for notebooks."""
         data = asdict(self)
         del data["unless"]
         if self.cell is None:
             del data["cell"], data["cell_line"]
+        data["related"] = [r.to_dict() for r in self.related]
         return data
 
 

@@ -169,7 +169,7 @@ def test_a_malformed_notebook_is_one_mem000_finding(data, problem):
 
 
 def test_directories_include_notebooks_but_not_checkpoint_copies(tmp_path):
-    source = notebook_text("import torch\nstate = torch.load(p)\n")
+    source = notebook_text("import torch  # trains on cuda\nstate = torch.load(p)\n")
     (tmp_path / "train.ipynb").write_text(source)
     (tmp_path / ".ipynb_checkpoints").mkdir()
     (tmp_path / ".ipynb_checkpoints" / "train-checkpoint.ipynb").write_text(source)
@@ -191,7 +191,7 @@ def test_a_rule_crash_in_a_notebook_is_an_internal_error_not_a_traceback(tmp_pat
     def crash(*args, **kwargs):
         raise RuleCrash("boom")
 
-    monkeypatch.setattr("memlint.engine.notebook.check_source", crash)
+    monkeypatch.setattr("memlint.engine.notebook.analyse_source", crash)
     path = tmp_path / "nb.ipynb"
     path.write_text(notebook_text("import torch\n"))
     findings, error = check_file(str(path), Settings())

@@ -56,8 +56,21 @@ def test_a_tree_that_never_mentions_cuda_is_cpu_code(tmp_path):
         "def evaluate(model, loader):\n    model.eval()\n"
         "    return [model(x) for x, _ in loader]\n")
     assert codes(tmp_path) == []
-    (tmp_path / "train.py").write_text("import torch\ndevice = torch.device('cuda')\n")
+    (tmp_path / "train.py").write_text("import torch\nfrom infer import evaluate\n"
+                                       "device = torch.device('cuda')\n")
     assert [code for _, _, code in codes(tmp_path)] == ["MEM007", "MEM004"]
+
+
+def test_a_part_of_the_tree_that_its_imports_keep_off_cuda_is_cpu_code(tmp_path):
+    """A course repository: chapter 2 never touches CUDA, chapter 3 does."""
+    for chapter, device in (("ch02", "cpu"), ("ch03", "cuda")):
+        folder = tmp_path / chapter
+        folder.mkdir()
+        (folder / "model.py").write_text(f"import torch\ndevice = torch.device('{device}')\n")
+        (folder / "run.py").write_text("import torch\nfrom model import device\n"
+                                       "net.load_state_dict(torch.load('net.pt'))\n")
+    assert codes(tmp_path) == [("run.py", 3, "MEM007")]
+    assert check_paths([str(tmp_path)], jobs=1).findings[0].path.endswith("ch03/run.py")
 
 
 def test_a_file_named_alone_reads_its_project_for_cuda(tmp_path):
@@ -75,7 +88,15 @@ def test_the_load_message_fits_the_program(tmp_path):
     single = check_source("import torch\nnet.cuda()\nnet.load_state_dict(torch.load(p))\n")
     ranks = check_source("import torch\ndist.init_process_group('nccl')\n"
                          "net.load_state_dict(torch.load(p))\n")
-    whole = check_source("import torch\nnet = torch.load(p).cuda()\n")
+    restored = check_source("import torch\nnet.cuda()\nhistory.append(torch.load(p))\n")
     assert "second copy of the checkpoint" in single[0].message
     assert "every rank" in ranks[0].message
-    assert "restores every tensor" in whole[0].message
+    assert "restores every tensor" in restored[0].message
+
+
+def test_a_whole_pickled_model_is_the_model_not_a_second_copy():
+    for source in ("import torch\nnet = torch.load(p).cuda()\n",
+                   "import torch\nnet = torch.load(p)\nnet.eval()\nnet.cuda()\n"):
+        assert check_source(source) == []
+    ranks = "import torch\ndist.init_process_group('nccl')\nnet = torch.load(p).cuda()\n"
+    assert [f.code for f in check_source(ranks)] == ["MEM007"]

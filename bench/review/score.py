@@ -21,6 +21,7 @@ git-ignored `.review/` folder.
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import csv
 import json
@@ -127,16 +128,57 @@ def score(repos: list[Repo], mirrors: Path, work: Path) -> dict:
         judged = {(v["path"], v["line"], v["code"]): v for v in verdicts if v["verdict"] != MISSED}
         findings = run_memlint(tree)
         reported = {(f["path"], f["line"], f["code"]) for f in findings}
+        missed = {(v["path"], v["line"], v["code"]): v for v in verdicts if v["verdict"] == MISSED}
         for finding in findings:
-            verdict = judged.get((finding["path"], finding["line"], finding["code"]))
+            key = (finding["path"], finding["line"], finding["code"])
+            verdict = judged.get(key)
+            if verdict is None and key in missed:  # a miss now caught is a true finding
+                verdict = dict(missed[key], verdict="TRUE")
             finding["verdict"] = verdict["verdict"] if verdict else None
             finding["reason"] = verdict["reason"] if verdict else ""
-        lost = [v for key, v in judged.items() if key not in reported]
+        lost = [dict(v, merged=_merged(tree, v, reported))
+                for key, v in judged.items() if key not in reported]
         misses = [dict(v, caught=(v["path"], v["line"], v["code"]) in reported)
                   for v in verdicts if v["verdict"] == MISSED]
         results[repo.name] = {"commit": repo.commit, "findings": findings,
                               "no_longer_reported": lost, "misses": misses}
     return results
+
+
+def _merged(tree: Path, verdict: dict, reported: set) -> bool:
+    """Whether a judged finding that is no longer reported was folded into
+    another finding of the same rule in the same function (one cause, one
+    finding): counted apart from findings lost. At a script's top level the
+    statement around it (a `for` loop, an `if` block) stands for the function."""
+    path = verdict["path"]
+    span = _function_span(tree / path, verdict["line"])
+    return span is not None and any(
+        p == path and c == verdict["code"] and span[0] <= line <= span[1]
+        for p, line, c in reported)
+
+
+def _function_span(path: Path, line: int) -> tuple[int, int] | None:
+    """The lines of the innermost function around `line`, else of the top-level
+    statement around it (a notebook's lines are its code cells joined, as
+    memlint numbers them)."""
+    try:
+        if path.suffix == ".ipynb":
+            from memlint.engine.notebook import python_lines
+            cells = json.loads(path.read_bytes())["cells"]
+            code = "\n".join("\n".join(python_lines("".join(c["source"]).split("\n")))
+                             for c in cells if c["cell_type"] == "code")
+            tree = ast.parse(code)
+        else:
+            tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError, OSError, KeyError, TypeError, ImportError):
+        return None
+    spans = [(n.lineno, n.end_lineno) for n in ast.walk(tree)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and n.lineno <= line <= (n.end_lineno or n.lineno)]
+    if spans:
+        return max(spans)
+    return next(((n.lineno, n.end_lineno) for n in tree.body
+                 if n.lineno <= line <= (n.end_lineno or n.lineno)), None)
 
 
 def table(results: dict) -> str:
@@ -145,12 +187,13 @@ def table(results: dict) -> str:
         for finding in result["findings"]:
             counts[finding["code"]][finding["verdict"] or "unjudged"] += 1
         for verdict in result["no_longer_reported"]:
-            counts[verdict["code"]][f"gone {verdict['verdict']}"] += 1
+            merged = " merged" if verdict["merged"] else ""
+            counts[verdict["code"]][f"gone {verdict['verdict']}{merged}"] += 1
         for miss in result["misses"]:
             counts[miss["code"]]["missed caught" if miss["caught"] else "missed"] += 1
     lines = ["| rule | findings | TRUE | FALSE | DEBATABLE | unjudged | precision | "
-             "strict precision | TRUE no longer reported | misses caught |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "strict precision | TRUE no longer reported | TRUE merged | misses caught |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     total: collections.Counter = collections.Counter()
     for code in sorted(counts):
         lines.append(_row(code, counts[code]))
@@ -166,7 +209,7 @@ def _row(code: str, c: collections.Counter) -> str:
     misses = c["missed"] + c["missed caught"]
     return (f"| {code} | {findings} | {c['TRUE']} | {c['FALSE']} | {c['DEBATABLE']} | "
             f"{c['unjudged']} | {precision} | {strict} | {c['gone TRUE']} | "
-            f"{c['missed caught']}/{misses} |")
+            f"{c['gone TRUE merged']} | {c['missed caught']}/{misses} |")
 
 
 def _ratio(part: int, whole: int) -> str:

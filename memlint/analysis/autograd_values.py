@@ -7,7 +7,13 @@ callees named like one), or tensor arithmetic on such a value, followed through
 plain assignments (`out = model(x); loss = crit(out, y); total = loss * 2`).
 It has none after `.item()`, `float()`, `.detach()`, `.data`, `.numpy()`, an
 `argmax`, a comparison, an integer cast, the indices of `torch.max`, or when it
-was bound under `torch.no_grad()`.
+was bound under `torch.no_grad()`. Whether a callee is a module or a loss is
+asked of `memlint.analysis.models`, the one owner of that answer.
+
+A call of a function of the module that the walk has not reached yet (defined
+further down, as notebooks and scripts often do) is answered once the whole
+module is walked: the value waits on it (`Value.waits`), and `settled()` gives
+the answer from what the function returns.
 
 Answers are three-valued (`Value.history`): True, False (known to be free of
 history), None (cannot tell, e.g. a function parameter). Rules flag only True.
@@ -16,11 +22,12 @@ history), None (cannot tell, e.g. a function parameter). Rules flag only True.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
 from memlint.analysis.context import BindingSite, Context
+from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.names import dotted_name
 from memlint.analysis.walker import children as children_of
 
@@ -28,10 +35,14 @@ from memlint.analysis.walker import children as children_of
 @dataclass(frozen=True)
 class Value:
     """What an expression holds. `scalar`: a loss-like 0-d value, whose cheap
-    fix is `.item()` rather than `.detach()`."""
+    fix is `.item()` rather than `.detach()`. `waits`: calls of same-module
+    functions not walked yet, as `(function, position in its returned tuple
+    or None, what the callee's name alone says)`; the value has history if one
+    of them returns some (see `AutogradValues.settled`)."""
 
     history: bool | None
     scalar: bool = False
+    waits: frozenset[tuple[str, int | None, Value]] = frozenset()
 
 
 HISTORY_TENSOR = Value(True)
@@ -70,18 +81,6 @@ _VALUES_INDICES = {"max", "min", "topk", "sort", "kthvalue", "median", "mode", "
                    "cummin"}
 _FUNCTIONAL_LOSS = re.compile(r"torch\.nn\.functional\.(\w*loss|cross_entropy|"
                               r"binary_cross_entropy\w*|kl_div|nll_loss)$")
-_LOSS_CLASS = re.compile(r"(Loss|Criterion)\w*$")
-_MODEL_CLASS = re.compile(r"(Net|Model|Module|Network|Encoder|Decoder|Generator|Discriminator|"
-                          r"Transformer|Classifier|Policy|Critic|Actor|Backbone|MLP|CNN|RNN|"
-                          r"LSTM|GRU|VAE|GAN|UNet|ResNet|Linear|Sequential|Conv\w*)\d*$")
-_LOSS_NAME = re.compile(r"^(criterion\w*|\w*_criterion|loss_?fn\w*|loss_?func\w*|"
-                        r"\w*_loss(_fn)?|loss|compute_loss|\w*loss_function)$", re.IGNORECASE)
-_MODEL_NAME = re.compile(r"^((\w+_)?(model|net|network|encoder|decoder|generator|discriminator|"
-                         r"critic|actor|policy|backbone|classifier|head|unet|vae|rnn|lstm|gru|"
-                         r"cnn|mlp|transformer|student|teacher|module)(_\w+)?|\w*(net|model)\d*|"
-                         r"net_?[gd]|[gd]|[gd]_?net|gen|disc)$", re.IGNORECASE)
-_MODEL_FACTORY = re.compile(r"(create_model|get_model|build_model|load_model|from_pretrained|"
-                            r"^torchvision\.models\.\w+|^timm\.\w+)$")
 _MAX_DEPTH = 12
 
 
@@ -90,13 +89,19 @@ class AutogradValues:
 
     Results of same-module functions are learnt as the walk passes their
     `return` statements (`note_return`), so `loss = train_step(batch)` where
-    `train_step` returns `loss.item()` is known to be a float.
+    `train_step` returns `loss.item()` is known to be a float, wherever
+    `train_step` is defined: a call the walk meets first waits on it
+    (`settled()` answers once the module is walked).
     """
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._returns: dict[str, list[Value]] = {}
         self._return_elements: dict[str, list[list[Value]]] = {}
+        #: names brought by relative imports (`from .ch05 import evaluate_model`),
+        #: which the import table does not resolve: local name -> (module as
+        #: written, name there)
+        self.imported: dict[str, tuple[str, str]] = {}
         #: While tracing `x = f(x)`, the binding site the inner `x` refers to.
         self._earlier: dict[str, BindingSite | None] = {}
 
@@ -114,6 +119,79 @@ class AutogradValues:
     def note_function_end(self, function: str) -> None:
         """A function that never returned a value returns None."""
         self._returns.setdefault(function, [CLEAN])
+
+    def note_import(self, node: cst.ImportFrom) -> None:
+        """Record the names of a relative import (the import table skips them)."""
+        if not node.relative or isinstance(node.names, cst.ImportStar):
+            return
+        module = "." * len(node.relative) + (dotted_name(node.module) or "")
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            local = dotted_name(alias.asname.name) if alias.asname else name
+            if name and local:
+                self.imported[local] = (module, name)
+
+    # -- once the module is walked -------------------------------------------
+    def settled(self, value: Value, trust_imported_names: bool = True) -> Value:
+        """`value` with the calls it waits on answered from what those functions
+        return. A callee the module does not define is judged by its name (as
+        at the call); with `trust_imported_names=False`, a relatively imported
+        one is taken to return no history (its facts are in another file)."""
+        return self._settle(value, trust_imported_names, frozenset())
+
+    def imported_waits(self, value: Value) -> list[tuple[str, str]]:
+        """The relatively imported callees (module as written, name) that a
+        value waits on, directly or through same-module functions."""
+        found: list[tuple[str, str]] = []
+        pending, seen = [value], set()
+        while pending:
+            current = pending.pop()
+            for key, _, guess in current.waits:
+                if key in seen:
+                    continue
+                seen.add(key)
+                if key in self._returns:
+                    pending.extend(self._returns[key])
+                    pending.extend(v for e in self._return_elements.get(key, ()) for v in e)
+                elif key in self.imported:
+                    found.append(self.imported[key])
+                pending.append(guess)
+        return found
+
+    def function_results(self) -> dict[str, bool | None]:
+        """What each function of the module returns: True (history), False
+        (none), None (cannot tell)."""
+        return {name: self._settle(_combine(values, scalar_if_all=True), True,
+                                   frozenset()).history
+                for name, values in self._returns.items()}
+
+    def _settle(self, value: Value, trust: bool, seen: frozenset) -> Value:
+        if value.history or not value.waits:
+            return replace(value, waits=frozenset()) if value.waits else value
+        parts = [Value(value.history)]
+        for key, index, guess in value.waits:
+            parts.append(self._result(key, index, guess, trust, seen))
+        answer = _combine(parts, scalar_if_all=True)
+        # `outputs.loss`, `.mean()` of what the call returns: a scalar whatever it is
+        return replace(answer, scalar=True) if value.scalar and answer.history else answer
+
+    def _result(self, key: str, index: int | None, guess: Value, trust: bool,
+                seen: frozenset) -> Value:
+        if key in seen:
+            return UNKNOWN
+        seen = seen | {key}
+        if key in self._returns:
+            if index is None:
+                returned = self._returns[key]
+            else:
+                elements = self._return_elements.get(key)
+                if not elements or not all(index < len(e) for e in elements):
+                    return UNKNOWN
+                returned = [e[index] for e in elements]
+            return _combine([self._settle(v, trust, seen) for v in returned], scalar_if_all=True)
+        if not trust and key in self.imported:
+            return CLEAN
+        return self._settle(guess, trust, seen)
 
     # -- queries ------------------------------------------------------------
     def value_of(self, node: cst.BaseExpression) -> Value:
@@ -217,8 +295,9 @@ class AutogradValues:
         if self.ctx.qualify(node) is not None:
             return UNKNOWN  # a module-level name of an imported package
         value = self._trace(node.value, seen, depth)
-        if value.history and "loss" in attr.lower():
-            return HISTORY_SCALAR  # `outputs.loss` of a model's output object
+        if (value.history or value.waits) and "loss" in attr.lower():
+            # `outputs.loss` of a model's output object
+            return HISTORY_SCALAR if value.history else replace(value, scalar=True)
         return value
 
     def _trace_subscript(self, node: cst.Subscript, seen: set[int], depth: int) -> Value:
@@ -227,8 +306,8 @@ class AutogradValues:
             return CLEAN  # `torch.max(out, 1)[1]`: the indices
         value = self._trace(node.value, seen, depth)
         key = _literal_key(node)
-        if value.history and key is not None and "loss" in key.lower():
-            return HISTORY_SCALAR
+        if key is not None and "loss" in key.lower() and (value.history or value.waits):
+            return HISTORY_SCALAR if value.history else replace(value, scalar=True)
         return Value(value.history) if value.history else value
 
     def _trace_comprehension(self, node, seen: set[int], depth: int) -> Value:
@@ -246,10 +325,13 @@ class AutogradValues:
         if self._returns_values_indices(source):
             return self._trace_call(source, seen, depth) if index == 0 else CLEAN
         callee = self._callee_kind(source.func)
-        if callee == "module":
-            return HISTORY_TENSOR
-        if callee == "loss":
-            return HISTORY_SCALAR if index == 0 else UNKNOWN
+        guess = {"module": HISTORY_TENSOR, "other": CLEAN,
+                 "loss": HISTORY_SCALAR if index == 0 else UNKNOWN}.get(callee, UNKNOWN)
+        later = self._not_walked_yet(source.func)
+        if later is not None:
+            return Value(None, waits=frozenset({(later, index, guess)}))
+        if callee is not None:
+            return guess
         elements = self._return_elements.get(_function_key(source.func))
         if elements and all(index < len(e) for e in elements):
             return _combine([e[index] for e in elements], scalar_if_all=True)
@@ -267,16 +349,24 @@ class AutogradValues:
             if func.value in _PASSING_BUILTINS and self.ctx.binding(func.value) is None:
                 return _combine([self._trace(a, seen, depth) for a in args], scalar_if_all=True)
         callee = self._callee_kind(func)
+        later = self._not_walked_yet(func)
+        if callee is None and later is None:
+            learnt = self._returns.get(_function_key(func))
+            if learnt is not None:
+                return _combine(learnt, scalar_if_all=True)
         if callee == "module":
-            return HISTORY_TENSOR
-        if callee == "loss":
-            return _loss_result([self._trace(a, seen, depth) for a in args])
-        learnt = self._returns.get(_function_key(func))
-        if learnt is not None:
-            return _combine(learnt, scalar_if_all=True)
-        if isinstance(func, cst.Attribute):
-            return self._trace_method(func, node, seen, depth)
-        return UNKNOWN
+            guess = HISTORY_TENSOR
+        elif callee == "loss":
+            guess = _loss_result([self._trace(a, seen, depth) for a in args])
+        elif callee == "other":
+            guess = CLEAN
+        elif isinstance(func, cst.Attribute):
+            guess = self._trace_method(func, node, seen, depth)
+        else:
+            guess = UNKNOWN
+        if later is not None:
+            return Value(None, waits=frozenset({(later, None, guess)}))
+        return guess
 
     def _trace_qualified_call(self, qualified: str, node: cst.Call,
                               args: list[cst.BaseExpression], seen: set[int], depth: int) -> Value:
@@ -294,7 +384,7 @@ class AutogradValues:
         traced = [self._trace(a, seen, depth) for a in args]
         scalar = short in _REDUCTIONS and len(node.args) == 1
         combined = _combine(traced)
-        return Value(combined.history, scalar=bool(combined.history) and scalar)
+        return replace(combined, scalar=bool(combined.history) and scalar)
 
     def _trace_method(self, func: cst.Attribute, node: cst.Call,
                       seen: set[int], depth: int) -> Value:
@@ -306,11 +396,11 @@ class AutogradValues:
             receiver = self._trace(func.value, seen, depth)
             if method == "forward" and self._callee_kind(func.value) == "module":
                 return HISTORY_TENSOR
-            return Value(receiver.history)
+            return replace(receiver, scalar=False)
         receiver = self._trace(func.value, seen, depth)
-        if not receiver.history:
-            return receiver
         reduces = method in _REDUCTIONS and not node.args
+        if not receiver.history:
+            return replace(receiver, scalar=True) if receiver.waits and reduces else receiver
         return Value(True, scalar=receiver.scalar or reduces)
 
     def _returns_values_indices(self, node: cst.BaseExpression) -> bool:
@@ -324,8 +414,9 @@ class AutogradValues:
         return isinstance(node.func, cst.Attribute) and node.func.attr.value in _VALUES_INDICES
 
     def _callee_kind(self, func: cst.BaseExpression, hops: int = 0) -> str | None:
-        """"module", "loss" or None for what a call runs: judged from the callee's
-        binding (`nn.CrossEntropyLoss()`, `Net().to(device)`) or else its name."""
+        """"module", "loss", "other" or None for what a call runs: judged by
+        `memlint.analysis.models` from the callee's binding (`nn.CrossEntropyLoss()`,
+        `Net().to(device)`) or else its name."""
         name = dotted_name(func)
         if name is None:
             return None
@@ -333,7 +424,7 @@ class AutogradValues:
             return None
         binding = self.ctx.binding(name)
         if binding is not None:
-            kind = self._constructed_kind(binding)
+            kind = built_kind(binding, self.ctx)
             if kind is not None:
                 return kind
             if isinstance(binding, cst.Attribute) and hops < 4:
@@ -343,38 +434,22 @@ class AutogradValues:
                 return None
         if _function_key(func) in self._returns:
             return None  # a function of this module: judged by what it returns
-        last = name.rsplit(".", 1)[-1]
-        if last[:1].isupper() and not re.fullmatch(r"[GD]|Net[GD]", last):
-            return None  # a class: calling it builds an object
-        if _LOSS_NAME.match(last):
-            return "loss"
-        if _MODEL_NAME.match(last):
-            return "module"
-        return None
+        return called_kind(name)
 
-    def _constructed_kind(self, binding: cst.BaseExpression) -> str | None:
-        """What `x = <binding>` holds when it builds a module or a loss."""
-        for _ in range(4):
-            if not isinstance(binding, cst.Call):
+    def _not_walked_yet(self, func: cst.BaseExpression) -> str | None:
+        """The function key of `f(...)` / `self.f(...)` when nothing binds it
+        here and no function of that name was walked yet: it may be defined
+        further down (or come from a relative import)."""
+        if isinstance(func, cst.Attribute):
+            if not (isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")):
                 return None
-            func = binding.func
-            if isinstance(func, cst.Attribute) and func.attr.value in (
-                    "to", "cuda", "train", "eval", "float", "half", "double", "bfloat16",
-                    "requires_grad_", "module"):
-                binding = func.value
-                continue
-            qualified = self.ctx.qualify(func) or ""
-            name = dotted_name(func) or ""
-            last = name.rsplit(".", 1)[-1]
-            if qualified.startswith("torch.nn.functional."):
-                return None
-            if _LOSS_CLASS.search(last):
-                return "loss"
-            if qualified.startswith("torch.nn.") or _MODEL_CLASS.search(last) or \
-                    _MODEL_FACTORY.search(qualified or name):
-                return "module"
+        elif not isinstance(func, cst.Name):
             return None
-        return None
+        key = _function_key(func)
+        if key in self._returns or self.ctx.binding(dotted_name(func)) is not None or \
+                self.ctx.qualify(func) is not None:
+            return None
+        return key
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
@@ -724,14 +799,16 @@ def _resets_in(body: cst.BaseSuite) -> set[str]:
 
 
 def _combine(values: list[Value], scalar_if_all: bool = False) -> Value:
-    """History if any part has it; clean if every part is clean."""
+    """History if any part has it; clean if every part is clean; the calls
+    the parts wait on are kept."""
     with_history = [v for v in values if v.history]
     if with_history:
         scalar = scalar_if_all and all(v.scalar or not v.history for v in values)
         return Value(True, scalar=scalar)
+    waits = frozenset().union(*(v.waits for v in values))
     if values and all(v.history is False for v in values):
-        return CLEAN
-    return UNKNOWN
+        return Value(False, waits=waits) if waits else CLEAN
+    return Value(None, waits=waits) if waits else UNKNOWN
 
 
 def _loss_result(arguments: list[Value]) -> Value:

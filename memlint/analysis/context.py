@@ -9,6 +9,7 @@ reader of the code would assume too).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -36,6 +37,8 @@ class BindingSite:
     unpacked_from: cst.BaseExpression | None = None
     unpacked_index: int | None = None
     previous: BindingSite | None = None
+    #: the `if`/`elif`/`else` chains around the assignment, each with the branch it is in
+    branches: tuple[tuple[cst.If, cst.CSTNode], ...] = ()
 
 
 @dataclass
@@ -113,6 +116,29 @@ class Context:
         for scope in reversed(self.scopes):
             if scope.grad:
                 return not scope.grad[-1]
+        return False
+
+    @property
+    def in_test_file(self) -> bool:
+        """A test module: `test_*.py`, `*_test.py`, `tests.py`, `conftest.py`, or
+        any file under a `tests` folder (unittest suites name files freely)."""
+        return is_test_path(self.path)
+
+    def in_cpu_branch(self) -> bool:
+        """Inside the branch of an `if` on CUDA that runs without it: the `else`
+        of `if use_gpu:` / `if torch.cuda.is_available():`, the body of
+        `if not args.cuda:`."""
+        for i, ancestor in enumerate(self.ancestors[:-1]):
+            if not isinstance(ancestor, cst.If):
+                continue
+            negated = isinstance(ancestor.test, cst.UnaryOperation) and \
+                isinstance(ancestor.test.operator, cst.Not)
+            test = ancestor.test.expression if negated else ancestor.test
+            if not _tests_for_cuda(test):
+                continue
+            in_else = self.ancestors[i + 1] is ancestor.orelse
+            if in_else != negated:
+                return True
         return False
 
     @property
@@ -272,13 +298,44 @@ class Context:
         scope = self.scope
         if name.startswith("self.") or name.startswith("cls."):
             scope = next((s for s in reversed(self.scopes) if isinstance(s.node, cst.ClassDef)), scope)
+        previous = scope.sites.get(name)
+        branches = self._branches()
+        if previous is not None and _other_branch(previous.branches, branches):
+            # `if cuda: device = "cuda"` / `else: device = "cpu"`: either value may hold
+            value = cst.IfExp(test=cst.Name("__memlint_either__"), body=previous.value,
+                              orelse=value)
         scope.bindings[name] = value
         unpacked_from, unpacked_index = unpacked or (None, None)
         scope.sites[name] = BindingSite(value, tuple(self.scope.loops), not self.grad_disabled,
-                                        unpacked_from, unpacked_index, scope.sites.get(name))
+                                        unpacked_from, unpacked_index, previous, branches)
+
+    def _branches(self) -> tuple[tuple[cst.If, cst.CSTNode], ...]:
+        """The `if`/`elif`/`else` chains the current statement is in (within
+        its function), each as its first `if` and the block of the branch taken."""
+        found = []
+        ancestors = self.ancestors
+        for i in range(len(ancestors) - 1, 0, -1):
+            node = ancestors[i]
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                break
+            if isinstance(node, cst.IndentedBlock) and isinstance(ancestors[i - 1], (cst.If, cst.Else)):
+                j = i - 1 if isinstance(ancestors[i - 1], cst.If) else i - 2
+                while j > 0 and isinstance(ancestors[j - 1], cst.If) \
+                        and ancestors[j - 1].orelse is ancestors[j]:
+                    j -= 1
+                if isinstance(ancestors[j], cst.If):
+                    found.append((ancestors[j], node))
+        return tuple(found)
 
 
 _UNKNOWN = cst.Name("__memlint_unknown__")
+
+
+def _other_branch(before: tuple[tuple[cst.If, cst.CSTNode], ...],
+                  now: tuple[tuple[cst.If, cst.CSTNode], ...]) -> bool:
+    """Whether two assignments sit in different branches of one `if` chain."""
+    taken = {id(chain): block for chain, block in before}
+    return any(id(chain) in taken and taken[id(chain)] is not block for chain, block in now)
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
@@ -286,6 +343,25 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
         return [n for element in target.elements for n in _target_names(element.value)]
     name = dotted_name(target)
     return [name] if name else []
+
+
+#: not `test.py`: in research code that is the evaluation script
+_TEST_FILE = re.compile(r"(test_.*|.*_test|tests|tests_.*|conftest)\.py$")
+_TEST_FOLDERS = {"tests", "testing"}
+
+
+def is_test_path(path: str) -> bool:
+    parts = re.split(r"[\\/]", path)
+    return bool(_TEST_FILE.fullmatch(parts[-1])) or any(p in _TEST_FOLDERS for p in parts[:-1])
+
+
+def _tests_for_cuda(test: cst.BaseExpression) -> bool:
+    """`use_gpu`, `args.cuda`, `torch.cuda.is_available()`: a test of whether a GPU is used."""
+    if isinstance(test, cst.Call):
+        test = test.func
+    name = (dotted_name(test) or "").lower()
+    last = name.rsplit(".", 1)[-1]
+    return "cuda" in last or "gpu" in last or name.endswith("cuda.is_available")
 
 
 def _named_like_grad_off(decorator: cst.BaseExpression) -> bool:

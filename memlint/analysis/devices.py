@@ -8,10 +8,13 @@ None (cannot tell).
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.project import FactCollector
 
 #: Names that hold the training device in real code when their binding is not visible.
 CONVENTIONAL_DEVICE_NAMES = {"device", "dev", "cuda_device", "gpu", "self.device",
@@ -22,6 +25,8 @@ _CUDA_TENSOR_TYPES = {"FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tens
                       "BoolTensor"}
 _DEVICE_FACTORIES = {"torch.device"}
 _CURRENT_CUDA = {"torch.cuda.current_device", "torch.accelerator.current_accelerator"}
+#: Words in a device factory's name that say "not CUDA": `xm.xla_device()`, `get_tpu_device()`.
+_OTHER_ACCELERATORS = {"xla", "tpu", "mps", "cpu"}
 
 
 def string_value(node: cst.BaseExpression) -> str | None:
@@ -72,6 +77,9 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
         if qualified in _CURRENT_CUDA:
             return True
         name = dotted_name(node.func) or ""
+        if (qualified or "").startswith("torch_xla") or \
+                set(re.split(r"[._]", name.lower())) & _OTHER_ACCELERATORS:
+            return False  # xm.xla_device(), torch_xla.device(), get_mps_device()
         if "device" in name.rsplit(".", 1)[-1].lower():
             return True  # get_device(), utils.get_device(), ...
         return None
@@ -87,8 +95,14 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
     if bound is not None:
         return is_cuda_device(bound, ctx, depth + 1)
     if name in CONVENTIONAL_DEVICE_NAMES or name.rsplit(".", 1)[-1] in CONVENTIONAL_DEVICE_NAMES:
-        return True
+        # in a program written only for TPUs the conventional name holds the XLA device
+        return None if ctx.names.imports("torch_xla") and not _file_mentions_cuda(ctx) else True
     return None
+
+
+def _file_mentions_cuda(ctx: Context) -> bool:
+    collector = FactCollector.of(ctx)
+    return collector is None or collector.facts.mentions_cuda
 
 
 def cuda_tensor_type(node: cst.BaseExpression, ctx: Context) -> bool:

@@ -30,8 +30,28 @@ CHAINED = {"to", "cuda", "cpu", "eval", "train", "half", "float", "double", "bfl
 _OTHER_MODEL_ROOTS = ("sklearn.", "xgboost.", "lightgbm.", "onnxruntime.", "openvino.",
                       "tensorflow.", "keras.", "jax.", "mxnet.", "joblib.", "pickle.",
                       "tensorrt.", "catboost.", "ncnn.")
+_NOT_A_MODEL_CLASS = re.compile(r"(Tokenizer\w*|Processor|Config|FeatureExtractor|"
+                                r"ImageProcessor|Scheduler|Pipeline)$")
 _OTHER_MODEL_CALLS = re.compile(r"(^|\.)(read_model|compile_model|InferenceSession|"
                                 r"load_model_from_onnx|read_network)$")
+#: Classes named like a module (`Net`, `ActorCritic`, `ResNet50`, `nn.Conv2d`).
+MODEL_CLASS = re.compile(r"(Net|Model|Module|Network|Encoder|Decoder|Generator|Discriminator|"
+                         r"Transformer|Classifier|Policy|Critic|Actor|Backbone|MLP|CNN|RNN|"
+                         r"LSTM|GRU|VAE|GAN|UNet|ResNet|Linear|Sequential|Conv\w*)\d*$")
+#: Module instances under names real code gives them (`model`, `self.netG`, `policy_net`, `D`).
+MODEL_NAME = re.compile(r"^((\w+_)?(model|net|network|encoder|decoder|generator|discriminator|"
+                        r"critic|actor|policy|backbone|classifier|head|unet|vae|rnn|lstm|gru|"
+                        r"cnn|mlp|transformer|student|teacher|module)(_\w+)?|\w*(net|model)\d*|"
+                        r"net_?[gd]|[gd]|[gd]_?net|gen|disc)$", re.IGNORECASE)
+#: Functions that build or load a module (`create_model(...)`, `timm.create_model`).
+MODEL_FACTORY = re.compile(r"(create_model|get_model|build_model|load_model|from_pretrained|"
+                           r"^torchvision\.models\.\w+|^timm\.\w+)$")
+#: A name that starts with a verb names a function, not a module instance:
+#: `evaluate_model`, `pick_action_and_get_critic_values`, `build_net`.
+_VERB_FIRST = re.compile(r"^_*(get|pick|select|choose|compute|calc|calculate|make|build|create|"
+                         r"run|evaluate|predict|infer|fit|generate|load|save|init|initialize|"
+                         r"update|apply|process|prepare|sample|copy|clone|act|plot|show|print|"
+                         r"log|check|test)_", re.IGNORECASE)
 
 
 def constructed_kind(value: cst.BaseExpression, ctx: Context) -> Kind | None:
@@ -52,6 +72,10 @@ def constructed_kind(value: cst.BaseExpression, ctx: Context) -> Kind | None:
         return "other"
     if qualified.startswith("torch.nn.functional."):
         return None
+    if last == "from_pretrained" and isinstance(func, cst.Attribute):
+        owner = dotted_name(func.value) or ""
+        # `AutoTokenizer.from_pretrained(...)`: the tokenizer, config or processor of a model
+        return "other" if _NOT_A_MODEL_CLASS.search(owner) else "module"
     if LOSS_CLASS.search(last):
         return "loss"
     if qualified.startswith("torch.nn."):
@@ -62,3 +86,39 @@ def constructed_kind(value: cst.BaseExpression, ctx: Context) -> Kind | None:
 def is_loss_name(name: str) -> bool:
     """`criterion`, `self.loss_fn`, `bce_loss`: a loss object by its name."""
     return LOSS_NAME.match(name.rsplit(".", 1)[-1]) is not None
+
+
+def built_kind(value: cst.BaseExpression, ctx: Context) -> Kind | None:
+    """`constructed_kind`, and where the code does not say, what the class or
+    factory's name says: `ActorCritic(...)`, `MyNet().to(device)`,
+    `create_model(...)` build modules."""
+    kind = constructed_kind(value, ctx)
+    if kind is not None:
+        return kind
+    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+           and value.func.attr.value in CHAINED):
+        value = value.func.value
+    if not isinstance(value, cst.Call):
+        return None
+    qualified = ctx.qualify(value.func) or ""
+    name = dotted_name(value.func) or ""
+    if qualified.startswith("torch.nn.functional."):
+        return None
+    if MODEL_CLASS.search(name.rsplit(".", 1)[-1]) or MODEL_FACTORY.search(qualified or name):
+        return "module"
+    return None
+
+
+def called_kind(name: str) -> Kind | None:
+    """What a call of `name` runs when nothing but its name is known: a loss
+    (`criterion`, `self.loss_fn`), a module (`model`, `self.netG`, `policy_net`),
+    or None: a class (calling it builds an object), a function named by what
+    it does (`evaluate_model`, `get_critic_values`), anything else."""
+    last = name.rsplit(".", 1)[-1]
+    if last[:1].isupper() and not re.fullmatch(r"[GD]|Net[GD]", last):
+        return None
+    if LOSS_NAME.match(last):
+        return "loss"
+    if MODEL_NAME.match(last) and not _VERB_FIRST.match(last):
+        return "module"
+    return None

@@ -32,11 +32,33 @@ def _module_path(node: cst.BaseExpression) -> str:
     return dotted_name(node) or ""
 
 
+_TENSOR_TYPES = ("Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
+                 "LongTensor", "IntTensor", "ShortTensor", "ByteTensor", "CharTensor",
+                 "BoolTensor")
+#: What `from <module> import *` brings that rules ask about: the public names
+#: of those modules, listed here rather than imported (memlint never imports
+#: the code it checks, nor torch).
+STAR_EXPORTS = {
+    "torch": frozenset({
+        "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "empty", "full",
+        "zeros_like", "ones_like", "empty_like", "full_like", "rand", "randn", "randint",
+        "randperm", "rand_like", "randn_like", "randint_like", "arange", "linspace",
+        "logspace", "eye", "normal", "bernoulli", "multinomial", "stack", "cat", "no_grad",
+        "enable_grad", "inference_mode", "set_grad_enabled", *_TENSOR_TYPES}),
+    "torch.utils.data": frozenset({
+        "DataLoader", "Dataset", "IterableDataset", "TensorDataset", "ConcatDataset",
+        "Subset", "random_split"}),
+}
+
+
 class ImportTable:
     """Maps local names to the fully qualified names they were imported as."""
 
     def __init__(self) -> None:
         self._aliases: dict[str, str] = {}
+        #: modules of `from torch import *` (see STAR_EXPORTS); names rebound since
+        self._star_modules: list[str] = []
+        self._rebound: set[str] = set()
 
     def add_import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -50,9 +72,13 @@ class ImportTable:
                 self._aliases[top] = top
 
     def add_import_from(self, node: cst.ImportFrom) -> None:
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        if node.relative or node.module is None:
             return
         module = _module_path(node.module)
+        if isinstance(node.names, cst.ImportStar):
+            if module in STAR_EXPORTS:
+                self._star_modules.append(module)
+            return
         for alias in node.names:
             name = dotted_name(alias.name)
             if not name:
@@ -64,6 +90,7 @@ class ImportTable:
     def forget(self, local: str) -> None:
         """A name rebound by assignment no longer means the import."""
         self._aliases.pop(local, None)
+        self._rebound.add(local)
 
     def qualify(self, node: cst.BaseExpression | None) -> str | None:
         """`torch.utils.data.DataLoader` for `DL`, `tud.DataLoader`, ...; None if
@@ -72,10 +99,19 @@ class ImportTable:
         if name is None:
             return None
         head, _, rest = name.partition(".")
-        full = self._aliases.get(head)
+        full = self._aliases.get(head) or self._star_import(head)
         if full is None:
             return None
         return f"{full}.{rest}" if rest else full
+
+    def _star_import(self, head: str) -> str | None:
+        """`tensor` after `from torch import *`: `torch.tensor` (latest star import first)."""
+        if head in self._rebound:
+            return None
+        for module in reversed(self._star_modules):
+            if head in STAR_EXPORTS[module]:
+                return f"{module}.{head}"
+        return None
 
     def imports(self, module: str) -> bool:
         """Whether anything in this file was imported from `module` or below."""

@@ -13,8 +13,11 @@ it shows.
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
@@ -23,8 +26,9 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
-from memlint.finding import Finding
+from memlint.finding import Finding, Related
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: Text that shows a file may put something on a CUDA device.
 _CUDA_TEXT = re.compile(r"cuda|nccl|accelerator|\.to\(\s*0\s*[,)]|set_default_device|local_rank",
                         re.IGNORECASE)
@@ -34,10 +38,14 @@ _CUDA_TEXT = re.compile(r"cuda|nccl|accelerator|\.to\(\s*0\s*[,)]|set_default_de
 class CallFact:
     """A call of a project function from this file: the callee as this file
     names it through its imports (`utils.evaluate`, `.utils.evaluate`,
-    `evaluate`), and the grad mode in force at the call."""
+    `evaluate`), the grad mode in force at the call, and the function as
+    written at the call (`u.evaluate`). Positions are computed only for
+    reported nodes, so the call's line is not kept: `Project.position_of`
+    finds it again, for the few calls a finding cites."""
 
     callee: str
     grad_disabled: bool
+    written: str
 
 
 @dataclass
@@ -49,7 +57,13 @@ class ModuleFacts:
     mentions_cuda: bool
     #: runs as several processes (ranks): `init_process_group`, `LOCAL_RANK`, DDP, `mp.spawn`
     distributed: bool = False
+    #: the modules it imports, as written (`utils`, `.utils`, `pkg.models.net`)
+    imports: tuple[str, ...] = ()
     calls: list[CallFact] = field(default_factory=list)
+    #: what its top-level functions return, as MEM003's autograd tracer saw
+    #: them (files it walks: those with a loop): True a value with autograd
+    #: history, False none, None cannot tell
+    returns: dict[str, bool | None] = field(default_factory=dict)
 
 
 def module_name(path: str, root: str | None = None) -> str:
@@ -69,6 +83,28 @@ def mentions_cuda(source: str) -> bool:
 _DISTRIBUTED_TEXT = re.compile(r"init_process_group|DistributedDataParallel|local_rank|"
                                r"mp\.spawn|multiprocessing\.spawn|torchrun|WORLD_SIZE",
                                re.IGNORECASE)
+
+
+_IMPORT_TEXT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([\w \t,.*]+)|"
+                          r"import[ \t]+([\w \t,.]+))", re.MULTILINE)
+
+
+def imported_modules(source: str) -> tuple[str, ...]:
+    """The modules a file's import statements name, read from its text (so
+    files no rule parses still link the project): `from a import b` names
+    `a` and `a.b`, `from . import b` names `.b`."""
+    found: list[str] = []
+    for match in _IMPORT_TEXT.finditer(source):
+        source_module, names, plain = match.groups()
+        if plain is not None:
+            found.extend(n.split()[0] for n in plain.split(",") if n.strip())
+            continue
+        if source_module.strip("."):
+            found.append(source_module)
+        separator = "" if source_module.endswith(".") else "."
+        found.extend(source_module + separator + n.split()[0]
+                     for n in names.split(",") if n.strip() and n.strip() != "*")
+    return tuple(found)
 
 
 def runs_distributed(source: str) -> bool:
@@ -129,10 +165,13 @@ class FactCollector:
         return ctx.analyses.get(cls)  # type: ignore[return-value]
 
     def visit_Call(self, node: cst.Call) -> None:
-        callee = self.ctx.names.qualify(node.func) or dotted_name(node.func)
-        if callee is None or callee.startswith(("self.", "cls.", "torch.")):
+        written = dotted_name(node.func)
+        if written is None:
             return
-        self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled))
+        callee = self.ctx.names.qualify(node.func) or written
+        if callee.startswith(("self.", "cls.", "torch.")):
+            return
+        self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written))
 
 
 class Condition:
@@ -140,6 +179,11 @@ class Condition:
 
     def drops(self, project: Project) -> bool:
         raise NotImplementedError
+
+    def related(self, project: Project) -> list[Related]:
+        """Evidence from other files for a finding this condition kept (asked
+        only when it stands): the caller that runs with autograd on."""
+        return []
 
 
 @dataclass(frozen=True)
@@ -151,14 +195,26 @@ class Either(Condition):
     def drops(self, project: Project) -> bool:
         return any(condition.drops(project) for condition in self.conditions)
 
+    def related(self, project: Project) -> list[Related]:
+        return [r for condition in self.conditions for r in condition.related(project)]
+
 
 @dataclass(frozen=True)
 class UnlessProjectOnCpu(Condition):
     """The finding only matters on a GPU: dropped when no file of the project
-    mentions CUDA (nor an accelerator, nor a local rank)."""
+    mentions CUDA (nor an accelerator, nor a local rank), or, in a tree checked
+    whole, no file of the part of it that `module` belongs to (the modules
+    linked to it by imports: a CPU-only chapter of a course repository)."""
+
+    module: str | None = None
+
+    @classmethod
+    def here(cls, ctx: Context) -> UnlessProjectOnCpu:
+        collector = FactCollector.of(ctx)
+        return cls(collector.facts.module if collector is not None else None)
 
     def drops(self, project: Project) -> bool:
-        return not project.mentions_cuda
+        return not project.mentions_cuda or not project.cuda_near(self.module)
 
 
 @dataclass(frozen=True)
@@ -171,7 +227,37 @@ class UnlessCallersDisableGrad(Condition):
 
     def drops(self, project: Project) -> bool:
         sites = project.calls_of(self.module, self.function)
-        return bool(sites) and all(site.grad_disabled for site in sites)
+        return bool(sites) and all(call.grad_disabled for _, call in sites)
+
+    def related(self, project: Project) -> list[Related]:
+        """Each call from another file that runs with autograd on."""
+        found = []
+        for facts, call in project.calls_of(self.module, self.function):
+            position = None if call.grad_disabled else project.position_of(facts, call)
+            if position is not None:
+                found.append(Related(facts.path, *position,
+                                     f"'{self.function}' is called here with autograd on"))
+        return found
+
+
+@dataclass(frozen=True)
+class UnlessImportedFunctionsKeepNoHistory(Condition):
+    """A value taken to carry autograd history only because of the name of a
+    function imported from another module (`from .losses import compute_loss`):
+    dropped when every such function is one of the project's, found through
+    the import, and its module's facts do not say it returns history (a helper
+    that returns `loss.item()` is not a loss because of its name)."""
+
+    module: str
+    #: (the module as the import names it: `.ch05`, `utils`; the function)
+    functions: tuple[tuple[str, str], ...]
+
+    def drops(self, project: Project) -> bool:
+        for imported, function in self.functions:
+            results = project.results_of(self.module, imported, function)
+            if not results or any(result is True for result in results):
+                return False
+        return True
 
 
 class Project:
@@ -182,6 +268,8 @@ class Project:
         project, nothing around them is read."""
         self.modules = [f for f in facts if f is not None]
         self.look_around = look_around
+        self._call_positions: dict[str, dict[str, list[tuple[int, int]]]] = {}
+        self._component_cuda: dict[str, bool] | None = None
 
     @cached_property
     def mentions_cuda(self) -> bool:
@@ -200,12 +288,81 @@ class Project:
             return True  # a snippet with no project around it: nothing says it runs on the CPU
         return any(_tree_mentions_cuda(root) for root in roots)
 
+    def cuda_near(self, module: str | None) -> bool:
+        """Whether the modules linked to `module` by imports (either way,
+        transitively) mention CUDA; True when that cannot be told."""
+        if module is None or self.look_around or module not in self._by_name:
+            return True
+        if self._component_cuda is None:
+            self._component_cuda = self._solve_components()
+        return self._component_cuda.get(module, True)
+
+    def _solve_components(self) -> dict[str, bool]:
+        links: dict[str, set[str]] = {m.module: set() for m in self.modules}
+        for facts in self.modules:
+            for imported in facts.imports:
+                for target in self._resolve_import(facts.module, imported):
+                    if target != facts.module:
+                        links[facts.module].add(target)
+                        links[target].add(facts.module)
+        verdict: dict[str, bool] = {}
+        for start in links:
+            if start in verdict:
+                continue
+            component, pending = {start}, [start]
+            while pending:
+                for linked in links[pending.pop()]:
+                    if linked not in component:
+                        component.add(linked)
+                        pending.append(linked)
+            cuda = any(self._by_name[m].mentions_cuda for m in component)
+            verdict.update(dict.fromkeys(component, cuda))
+        return verdict
+
+    def _resolve_import(self, importer: str, imported: str) -> list[str]:
+        """The checked modules an import names: relative to the importer's
+        package, else a sibling module (scripts import their neighbours by
+        bare name), else the exact dotted name, else any module it is the tail of."""
+        package = importer.rsplit(".", 1)[0] if "." in importer else ""
+        if imported.startswith("."):
+            level = len(imported) - len(imported.lstrip("."))
+            base = package.split(".") if package else []
+            base = base[:len(base) - (level - 1)] if level > 1 else base
+            target = ".".join([*base, imported.lstrip(".")]).strip(".")
+            return [target] if target in self._by_name else []
+        sibling = f"{package}.{imported}" if package else imported
+        for candidate in (sibling, imported):
+            if candidate in self._by_name:
+                return [candidate]
+        return self._by_tail.get(imported, [])
+
+    @cached_property
+    def _by_name(self) -> dict[str, ModuleFacts]:
+        return {m.module: m for m in self.modules}
+
+    @cached_property
+    def _by_tail(self) -> dict[str, list[str]]:
+        tails: dict[str, list[str]] = {}
+        for name in self._by_name:
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                tails.setdefault(".".join(parts[i:]), []).append(name)
+        return tails
+
+    def results_of(self, importer: str, imported: str, function: str) -> list[bool | None]:
+        """What `function` of the checked module(s) that `importer` names as
+        `imported` returns (`ModuleFacts.returns`); empty when none defines it."""
+        return [self._by_name[target].returns[function]
+                for target in self._resolve_import(importer, imported)
+                if function in self._by_name[target].returns]
+
     def settle(self, findings: Iterable[Finding]) -> list[Finding]:
         """The findings that stand once the project is known, sorted."""
-        return sorted(replace(f, unless=None) for f in findings
-                      if f.unless is None or not f.unless.drops(self))
+        return sorted(f if f.unless is None else
+                      replace(f, unless=None, related=f.related + tuple(f.unless.related(self)))
+                      for f in findings if f.unless is None or not f.unless.drops(self))
 
-    def calls_of(self, module: str, function: str) -> list[CallFact]:
+    def calls_of(self, module: str, function: str) -> list[tuple[ModuleFacts, CallFact]]:
         """Calls from other files that name `module.function` through an
         import (`from utils import evaluate`, `import pkg.utils as u`,
         `from .utils import evaluate`); matched on the module path's tail, as
@@ -218,8 +375,62 @@ class Project:
             for call in facts.calls:
                 owner, _, name = call.callee.rpartition(".")
                 if name == function and owner and _same_module(owner.lstrip(".").split("."), parts):
-                    found.append(call)
+                    found.append((facts, call))
         return found
+
+    def position_of(self, facts: ModuleFacts, call: CallFact) -> tuple[int, int] | None:
+        """(line, column), 1-based, of a call recorded in `facts`: the n-th call
+        written so in the file is found again with Python's own parser, which
+        costs a fraction of libcst's and runs only for the calls a finding
+        cites. None when the file cannot be read again or no longer matches,
+        and for a notebook (its lines are not the file's)."""
+        if facts.path.endswith(".ipynb"):
+            return None
+        positions = self._call_positions.get(facts.path)
+        if positions is None:
+            positions = self._call_positions[facts.path] = _calls_by_written_name(facts.path)
+        same = [c for c in facts.calls if c.written == call.written]
+        index = next(i for i, c in enumerate(same) if c is call)
+        found = positions.get(call.written, [])
+        return found[index] if len(found) == len(same) else None
+
+
+def _calls_by_written_name(path: str) -> dict[str, list[tuple[int, int]]]:
+    """Every call of a dotted name in the file, in source order, by that name."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        text = importlib.util.decode_source(data)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes: not ours to report here
+            tree = ast.parse(data)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError, LookupError):
+        return {}
+    lines = _LINE_BREAK.split(text)
+    found: dict[str, list[tuple[int, int]]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = _ast_dotted_name(node.func)
+            if name is not None:
+                found.setdefault(name, []).append((node.lineno, node.col_offset))
+    positions = {}
+    for name, starts in found.items():
+        # ast columns count UTF-8 bytes; memlint's count characters
+        positions[name] = [(line, len(lines[line - 1].encode("utf-8")[:offset]
+                                      .decode("utf-8", "replace")) + 1)
+                           for line, offset in sorted(starts)]
+    return positions
+
+
+def _ast_dotted_name(node: ast.expr) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
 
 
 def _same_module(named: list[str], defined: list[str]) -> bool:

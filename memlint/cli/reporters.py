@@ -15,7 +15,7 @@ from pathlib import PurePath
 from urllib.parse import quote
 
 from memlint.engine import Report
-from memlint.finding import Finding
+from memlint.finding import Finding, Related
 from memlint.cli.pages import summary
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
@@ -55,10 +55,13 @@ def text(report: Report, version: str) -> str:
 def json_format(report: Report, version: str) -> str:
     """An array of findings; internal errors become objects with code null, so a
     consumer that reads only `code`-carrying records still sees a valid array."""
-    records = [{**f.to_dict(), "path": display_path(f.path)} for f in report.findings]
+    records = [{**f.to_dict(), "path": display_path(f.path),
+                "related": [{**r.to_dict(), "path": display_path(r.path)} for r in f.related]}
+               for f in report.findings]
     records += [{"path": display_path(e.path), "line": None, "column": None, "end_line": None,
                  "end_column": None, "code": None, "name": "internal-error",
-                 "message": f"internal error: {e.message}"} for e in report.errors]
+                 "message": f"internal error: {e.message}", "related": []}
+                for e in report.errors]
     return json.dumps(records, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -78,7 +81,7 @@ def github(report: Report, version: str) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def _with_cell(finding: Finding) -> str:
+def _with_cell(finding: Finding | Related) -> str:
     if finding.cell is None:
         return finding.message
     return f"cell {finding.cell}, line {finding.cell_line}: {finding.message}"
@@ -120,6 +123,7 @@ def sarif(report: Report, version: str) -> str:
             "region": {"startLine": f.line, "startColumn": f.column,
                        "endLine": f.end_line, "endColumn": f.end_column},
         }}],
+        **_related_locations(f),
     } for f in report.findings]
     invocation = {
         "executionSuccessful": not report.errors,
@@ -143,6 +147,20 @@ def sarif(report: Report, version: str) -> str:
         }],
     }
     return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+
+
+def _related_locations(finding: Finding) -> dict:
+    """The evidence as SARIF `relatedLocations`, numbered from 1 in the order given."""
+    if not finding.related:
+        return {}
+    return {"relatedLocations": [{
+        "id": number,
+        "physicalLocation": {
+            "artifactLocation": {"uri": _uri(r.path), "uriBaseId": "%SRCROOT%"},
+            "region": {"startLine": r.line, "startColumn": r.column},
+        },
+        "message": {"text": _with_cell(r)},
+    } for number, r in enumerate(finding.related, start=1)]}
 
 
 def _help_uri(code: str) -> str:

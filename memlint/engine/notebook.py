@@ -28,8 +28,9 @@ import re
 import warnings
 from dataclasses import dataclass, replace
 
-from memlint.engine.source import check_source, syntax_error
-from memlint.finding import Finding
+from memlint.analysis.project import ModuleFacts, Project
+from memlint.engine.source import analyse_source, syntax_error
+from memlint.finding import Finding, Related
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
 
@@ -65,23 +66,33 @@ def check_notebook(path: str, settings: Settings | None = None) -> list[Finding]
 
 def check_notebook_source(data: str | bytes, path: str,
                           settings: Settings | None = None) -> list[Finding]:
-    """Findings for a notebook's JSON text."""
+    """Findings for a notebook's JSON text, judged on what it (and the text of
+    the project around it) shows."""
+    findings, facts = analyse_notebook_source(data, path, settings)
+    return Project([facts]).settle(findings)
+
+
+def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | None = None,
+                            module: str | None = None,
+                            ) -> tuple[list[Finding], ModuleFacts | None]:
+    """A notebook's findings, some waiting on the project it sits in, and the
+    facts its code cells give that project (`analyse_source` for notebooks)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             notebook = json.loads(data)
     except UnicodeDecodeError as error:
-        return [syntax_error(path, 1, 1, f"cannot decode the notebook: {error.reason}")]
+        return [syntax_error(path, 1, 1, f"cannot decode the notebook: {error.reason}")], None
     except json.JSONDecodeError as error:
         return [syntax_error(path, error.lineno, error.colno,
-                             f"not a notebook: invalid JSON ({error.msg})")]
+                             f"not a notebook: invalid JSON ({error.msg})")], None
     except RecursionError:  # `[[[[...]]]]`: the json module recurses per level
-        return [syntax_error(path, 1, 1, "not a notebook: JSON nested too deeply")]
+        return [syntax_error(path, 1, 1, "not a notebook: JSON nested too deeply")], None
     problem = _shape_problem(notebook)
     if problem:
-        return [syntax_error(path, 1, 1, f"not a notebook memlint can read: {problem}")]
+        return [syntax_error(path, 1, 1, f"not a notebook memlint can read: {problem}")], None
     if not _is_python(notebook):
-        return []
+        return [], None
 
     code_lines: list[str] = []
     origins: list[_CodeLine] = []
@@ -103,13 +114,22 @@ def check_notebook_source(data: str | bytes, path: str,
         code_lines.extend(lines)
         origins.extend(_CodeLine(cell_number, n) for n in range(1, len(lines) + 1))
 
-    for finding in check_source("\n".join(code_lines) + "\n", path, settings):
+    found, facts = analyse_source("\n".join(code_lines) + "\n", path, settings, module=module)
+    for finding in found:
         origin = origins[min(finding.line, len(origins)) - 1]
         if finding.code == SYNTAX_ERROR_CODE:
             # the cells parsed one by one but not together: say which cell
             finding = replace(finding, message=f"{finding.message} (the code cells joined)")
-        findings.append(replace(finding, cell=origin.cell, cell_line=origin.cell_line))
-    return sorted(findings)
+        related = tuple(_in_cell(r, origins) for r in finding.related)
+        findings.append(replace(finding, cell=origin.cell, cell_line=origin.cell_line,
+                                related=related))
+    return sorted(findings), facts
+
+
+def _in_cell(related: Related, origins: list[_CodeLine]) -> Related:
+    """Evidence in the same notebook, placed in its cell like the finding."""
+    origin = origins[min(related.line, len(origins)) - 1]
+    return replace(related, cell=origin.cell, cell_line=origin.cell_line)
 
 
 def python_lines(lines: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from memlint.analysis.project import ModuleFacts, Project, module_name
 from memlint.engine.isolation import Budget, Failure, run_supervised
-from memlint.engine.notebook import check_notebook_source
+from memlint.engine.notebook import analyse_notebook_source
 from memlint.engine.settings import Settings
 from memlint.engine.source import RuleCrash, analyse_source, syntax_error
 from memlint.finding import Finding, InternalError
@@ -66,10 +66,8 @@ def analyse_file(source: Source, settings: Settings) -> FileResult:
             data = read_regular_file(path, settings.max_file_size_mb)
         elif _larger_than(data, settings.max_file_size_mb):
             raise Unreadable(too_large(settings.max_file_size_mb))
-        if path.endswith(NOTEBOOK_SUFFIX):  # a notebook is a program of its own
-            return FileResult(check_notebook_source(data, path, settings))
-        findings, facts = analyse_source(data, path, settings,
-                                         module=module_name(path, source.root))
+        analyse = analyse_notebook_source if path.endswith(NOTEBOOK_SUFFIX) else analyse_source
+        findings, facts = analyse(data, path, settings, module=module_name(path, source.root))
         return FileResult(findings, None, facts)
     except Unreadable as problem:
         return FileResult([syntax_error(path, 1, 1, f"cannot read the file: {problem}")])

@@ -18,12 +18,12 @@ import libcst as cst
 from memlint.analysis.context import Context
 from memlint.analysis.names import ImportTable
 from memlint.analysis.project import (FactCollector, ModuleFacts, Project, mentions_cuda,
-                                      module_name, runs_distributed)
+                                      imported_modules, module_name, runs_distributed)
 from memlint.analysis.walker import handlers_for, walk
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
 from memlint.engine.suppression import is_suppressed, skips_file
-from memlint.finding import Finding, InternalError
+from memlint.finding import Finding, InternalError, Related
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
 #: Python's line ends; str.splitlines() also splits on form feeds and others.
@@ -62,7 +62,8 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
     if skips_file(source):
         return [], None
     facts = ModuleFacts(path, module_name(path) if module is None else module,
-                        mentions_cuda(source), runs_distributed(source))
+                        mentions_cuda(source), runs_distributed(source),
+                        imported_modules(source))
     rule_types = [r for r in ALL_RULES
                   if r.code in selected and any(k in source for k in r.keywords)]
     if not rule_types:
@@ -147,11 +148,12 @@ def _parse(source: str, path: str) -> cst.Module | Finding:
 def _place(module: cst.Module, source: str, path: str, reports,
            noqa: bool = True) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
-    wanted = [n for _, node, stmt, _, _ in reports for n in (node, stmt) if n is not None]
+    wanted = [n for _, node, stmt, _, _, related in reports
+              for n in (node, stmt, *(evidence for evidence, _ in related)) if n is not None]
     positions = positions_of(module, wanted)
     lines = _LINE_BREAK.split(source)
     findings = set()
-    for rule, node, stmt, message, unless in reports:
+    for rule, node, stmt, message, unless, related in reports:
         span = positions[id(node)]
         statement = positions.get(id(stmt))
         line, column = span.start.line, span.start.column
@@ -165,8 +167,19 @@ def _place(module: cst.Module, source: str, path: str, reports,
             continue
         findings.add(Finding(path=path, line=line, column=column + 1, code=rule.code,
                              end_line=span.end.line, end_column=span.end.column + 1,
-                             name=rule.name, message=message, unless=unless))
+                             name=rule.name, message=message, unless=unless,
+                             related=tuple(_related(path, positions, related))))
     return sorted(findings)
+
+
+def _related(path: str, positions, related) -> list[Related]:
+    """The evidence of one finding, where the rule reported it."""
+    placed = []
+    for node, message in related:
+        start = positions[id(node)].start
+        placed.append(Related(path=path, line=start.line, column=start.column + 1,
+                              message=message))
+    return placed
 
 
 #: libcst's native parser recurses on the machine stack: about 2,000 nested

@@ -9,6 +9,7 @@ at comments.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 import libcst as cst
@@ -29,14 +30,19 @@ class Rule:
     def __init__(self, ctx: Context, options: dict | None = None) -> None:
         self.ctx = ctx
         self.options = options or {}
-        self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str, Condition | None]] = []
+        self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str, Condition | None,
+                                 tuple[tuple[cst.CSTNode, str], ...]]] = []
 
     def report(self, node: cst.CSTNode, message: str,
-               statement: cst.CSTNode | None = None, unless: Condition | None = None) -> None:
+               statement: cst.CSTNode | None = None, unless: Condition | None = None,
+               related: Iterable[tuple[cst.CSTNode, str]] = ()) -> None:
         """Flag `node`; the finding is placed on the first line of its statement
         (pass `statement`, kept from the visit, when reporting from `finish()`).
-        `unless` names what, known once the whole project is walked, drops it."""
-        self.reports.append((node, statement or self.statement(), message, unless))
+        `unless` names what, known once the whole project is walked, drops it.
+        `related` is the evidence, `(node, message)` pairs in this file (the copy
+        to CUDA, the `.eval()` call), placed by the engine with the finding."""
+        self.reports.append((node, statement or self.statement(), message, unless,
+                             tuple(related)))
 
     def statement(self) -> cst.CSTNode | None:
         """The innermost statement enclosing the current node."""

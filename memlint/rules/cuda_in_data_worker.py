@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
+from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
 from memlint.analysis.module_index import FunctionInfo, ModuleIndex
-from memlint.analysis.names import call_arg, dotted_name, has_star_args, has_star_kwargs
+from memlint.analysis.names import call_arg, dotted_name, has_star_args
 from memlint.rules.base import Rule
 
 _LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
@@ -39,13 +39,25 @@ class _CudaSite:
 
 
 @dataclass
+class _Workers:
+    """A loader's `num_workers` as the file shows it: the values it may take
+    (an int, an argparse option's name to look up once the file is read, a
+    parameter's default), or unknown (a config entry, an argument nobody here sets)."""
+
+    written: str  # `num_workers=...` as written, for the message
+    #: int; str: an argparse dest; (function, parameter, position): what callers pass
+    values: list = field(default_factory=list)
+
+
+@dataclass
 class _Loader:
-    """A DataLoader call: what it was given, and whether it starts workers."""
+    """A DataLoader call: what it was given, and how many workers it starts."""
 
     dataset: cst.BaseExpression | None
-    worker_code: list[tuple[str, cst.BaseExpression, cst.BaseExpression]]  # (argument, as written, resolved)
+    #: (argument, as written, the values it may hold)
+    worker_code: list[tuple[str, cst.BaseExpression, list[cst.BaseExpression]]]
     class_name: str | None
-    starts_workers: bool
+    workers: _Workers
 
 
 class CudaInDataWorker(Rule):
@@ -55,10 +67,15 @@ class CudaInDataWorker(Rule):
     its own CUDA context (~600 MiB of GPU memory each), or, under the fork start
     method, dies with "Cannot re-initialize CUDA in forked subprocess".
 
-    Loaders of this module that run in the main process (`num_workers=0`, the
-    default) are left alone: there the work happens in the process that owns
-    the context already. A Dataset whose loader is not in this module is
-    flagged, since workers are usually turned on elsewhere."""
+    Code whose every loader in this module runs in the main process
+    (`num_workers=0`, the default) is left alone, however it reaches the
+    loader: there the work happens in the process that owns the context
+    already. A `num_workers` variable is the value the file shows (an
+    assignment, an argparse default, a parameter default and what callers
+    here pass); one the file does not show is reported, saying so, since the
+    code runs in workers as soon as it is raised. A Dataset or collate
+    function whose loader is not in this module is flagged, since workers are
+    usually turned on elsewhere."""
 
     code = "MEM002"
     name = "cuda-in-data-worker"
@@ -99,6 +116,23 @@ class CudaInDataWorker(Rule):
         # a Hugging Face datasets.Dataset is not fed to worker processes this way
         "from datasets import Dataset\nclass Rows(Dataset):\n"
         "    def __getitem__(self, i):\n        return self.x[i].cuda()",
+        # num_workers given by a variable whose value the file shows: 0
+        "import functools\nfrom torch.utils.data import DataLoader\n"
+        "def collate(batch, device):\n    return batch.to(device)\nnum_workers = 0\n"
+        "loader = DataLoader(ds, num_workers=num_workers,\n"
+        "                    collate_fn=functools.partial(collate, device='cuda'))",
+        "import argparse\nfrom torch.utils.data import DataLoader\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--workers', type=int, default=0)\nargs = parser.parse_args()\n"
+        "loader = DataLoader(ds, num_workers=args.workers, collate_fn=lambda b: stack(b).cuda())",
+        "from torch.utils.data import DataLoader, Dataset\nclass D(Dataset):\n"
+        "    def __getitem__(self, i):\n        return self.x[i].cuda()\n"
+        "def make(ds, workers=0):\n    return DataLoader(ds, num_workers=workers)\n"
+        "loader = make(D())",
+        "from torch.utils.data import DataLoader\nclass Trainer:\n"
+        "    def collate(self, batch):\n        return batch.cuda()\n"
+        "    def loader(self, ds):\n        n = 0\n"
+        "        return DataLoader(ds, num_workers=n, collate_fn=self.collate)",
     ]
     INVALID = [
         "from torch.utils.data import Dataset\nclass D(Dataset):\n"
@@ -132,6 +166,18 @@ class CudaInDataWorker(Rule):
         "from torch.utils.data import DataLoader\nclass Collator:\n"
         "    def __call__(self, batch):\n        return batch.cuda()\n"
         "loader = DataLoader(ds, collate_fn=Collator(), num_workers=2)",
+        # num_workers from an argparse default above 0
+        "import argparse\nfrom torch.utils.data import DataLoader\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('-j', '--workers', type=int, default=4)\nargs = parser.parse_args()\n"
+        "loader = DataLoader(ds, num_workers=args.workers, collate_fn=lambda b: stack(b).cuda())",
+        # num_workers the file does not show: reported, and the message says so
+        "from torch.utils.data import DataLoader\ndef collate(batch):\n    return batch.cuda()\n"
+        "def build(ds, cfg):\n    return DataLoader(ds, num_workers=cfg['workers'], collate_fn=collate)",
+        # a parameter defaulting to 0 that a caller here raises
+        "from torch.utils.data import DataLoader\ndef collate(batch):\n    return batch.cuda()\n"
+        "def make(ds, workers=0):\n    return DataLoader(ds, num_workers=workers, collate_fn=collate)\n"
+        "loader = make(ds, workers=8)",
     ]
 
     def __init__(self, ctx, options=None) -> None:
@@ -139,11 +185,16 @@ class CudaInDataWorker(Rule):
         self.index = ModuleIndex.of(ctx)
         self.sites: list[_CudaSite] = []
         self.loaders: list[_Loader] = []
+        #: argparse options of this file: dest -> default (`--workers`, default=4)
+        self.option_defaults: dict[str, cst.BaseExpression | None] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
         if qualified in _LOADERS:
             self.loaders.append(self._loader(node))
+            return
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+            self._note_option(node)
             return
         unit = self.index.current
         if unit is None:
@@ -164,67 +215,247 @@ class CudaInDataWorker(Rule):
         for keyword, position in _WORKER_ARGUMENTS:
             arg = call_arg(node, keyword, position)
             if arg is not None:
-                worker_code.append((keyword, arg.value, self.ctx.resolve(arg.value)))
-        workers = call_arg(node, "num_workers", position=5)
-        if workers is None:
-            starts = has_star_kwargs(node) or has_star_args(node)
-        else:
-            starts = not (isinstance(workers.value, cst.Integer) and workers.value.evaluated_value == 0)
+                worker_code.append((keyword, arg.value, self._values(arg.value)))
         return _Loader(self.ctx.resolve(dataset.value) if dataset else None, worker_code,
-                       self.index.current_class, starts)
+                       self.index.current_class, self._workers(node))
+
+    def _values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """What a name may hold here: every value assigned to it in its scope
+        (`collate = partial(a, ...)` in one branch, `partial(b, ...)` in the other)."""
+        name = dotted_name(expr)
+        site = self.ctx.binding_site(name) if name else None
+        found = []
+        while site is not None:
+            found.append(site.value)
+            site = site.previous
+        values = []
+        for value in found or [expr]:
+            value = self.ctx.resolve(value)
+            while isinstance(value, cst.IfExp):  # `a if x else b`, or `if x: f = a else: f = b`
+                values.append(self.ctx.resolve(value.body))
+                value = self.ctx.resolve(value.orelse)
+            values.append(value)
+        return values
+
+    # -- how many workers a loader starts
+    def _workers(self, node: cst.Call) -> _Workers:
+        arg = call_arg(node, "num_workers", position=5)
+        if arg is not None:
+            written = _code(arg.value)
+            return _Workers(written, self._worker_values(arg.value))
+        spread = [a.value for a in node.args if a.star == "**"]
+        if spread:  # DataLoader(ds, **kwargs)
+            return _Workers(f"**{_code(spread[0])}", self._values_in_kwargs(spread[0]))
+        if has_star_args(node):
+            return _Workers("*args", [None])
+        return _Workers("the default 0", [0])
+
+    def _worker_values(self, expr: cst.BaseExpression, depth: int = 0) -> list:
+        """The values `num_workers=expr` may take, as far as this file shows them."""
+        if depth > 6:
+            return [None]
+        if isinstance(expr, cst.Integer):
+            return [int(expr.evaluated_value)]
+        if isinstance(expr, cst.IfExp):
+            return (self._worker_values(expr.body, depth + 1)
+                    + self._worker_values(expr.orelse, depth + 1))
+        if isinstance(expr, cst.Call):
+            name = dotted_name(expr.func) or ""
+            if name.rsplit(".", 1)[-1] == "cpu_count":
+                return [1]  # os.cpu_count(), multiprocessing.cpu_count()
+            values = [v for arg in expr.args for v in self._worker_values(arg.value, depth + 1)]
+            if name == "int" and values:
+                return values
+            if name in ("min", "max") and values and None not in values and \
+                    all(isinstance(v, int) for v in values):
+                return [min(values) if name == "min" else max(values)]
+            return [None]
+        name = dotted_name(expr)
+        if name is None:
+            return [None]
+        site = self.ctx.binding_site(name)
+        if site is not None:
+            values = []
+            while site is not None:  # every assignment in its scope: `if ...: n = 4 else: n = 0`
+                values += ([None] if site.unpacked_from is not None
+                           else self._worker_values(site.value, depth + 1))
+                site = site.previous
+            return values
+        parameter = self._parameter(name)
+        if parameter is not None:
+            function, param, position = parameter
+            default = [None] if param.default is None else self._worker_values(param.default, depth + 1)
+            return default + [(function, name, position)]  # and what callers here pass
+        if "." in name and not name.startswith(("self.", "cls.")):
+            return [name.rsplit(".", 1)[-1]]  # `args.workers`: an argparse option, looked up later
+        return [None]
+
+    def _values_in_kwargs(self, expr: cst.BaseExpression) -> list:
+        """`num_workers` inside `**kwargs`, when `kwargs` is a dict this file builds
+        (`{'num_workers': 1, 'pin_memory': True} if args.cuda else {}`)."""
+        values: list = []
+        for value in self._values(expr):
+            branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+            for branch in branches:
+                if isinstance(branch, cst.Dict):
+                    entry = next((e for e in branch.elements if isinstance(e, cst.DictElement)
+                                  and string_value(e.key) == "num_workers"), None)
+                    values += self._worker_values(entry.value) if entry else [0]
+                else:
+                    values.append(None)
+        return values
+
+    def _parameter(self, name: str) -> tuple[cst.FunctionDef, cst.Param, int | None] | None:
+        """The enclosing function that has `name` as a parameter, the parameter,
+        and its position for callers (None: keyword only, or a method)."""
+        for scope in reversed(self.ctx.scopes):
+            if isinstance(scope.node, cst.FunctionDef):
+                params = scope.node.params
+                positional = (*params.posonly_params, *params.params)
+                for position, param in enumerate(positional):
+                    if param.name.value == name:
+                        method = self.index.info(scope.node)
+                        return scope.node, param, None if method and method.class_name else position
+                for param in params.kwonly_params:
+                    if param.name.value == name:
+                        return scope.node, param, None
+        return None
+
+    def _note_option(self, node: cst.Call) -> None:
+        """`parser.add_argument('-j', '--workers', default=4, type=int)`."""
+        flags = [text for arg in node.args if arg.keyword is None
+                 for text in [string_value(arg.value)] if text]
+        dest = call_arg(node, "dest")
+        if dest is not None:
+            names = [string_value(dest.value) or ""]
+        else:
+            long = [f for f in flags if f.startswith("--")] or flags
+            names = [long[0].lstrip("-").replace("-", "_")] if long else []
+        default = call_arg(node, "default")
+        for name in names:
+            self.option_defaults[name] = default.value if default else None
+
+    def _resolved(self, workers: _Workers) -> list[int | None]:
+        """The worker counts, with argparse options replaced by their defaults
+        and parameters by what this file's callers pass."""
+        values: list[int | None] = []
+        for value in workers.values:
+            if isinstance(value, str):
+                values.append(self._option_default(value))
+            elif isinstance(value, tuple):
+                values.extend(self._passed_by_callers(*value))
+            else:
+                values.append(value)
+        return values
+
+    def _option_default(self, dest: str) -> int | None:
+        default = self.option_defaults.get(dest)
+        return int(default.evaluated_value) if isinstance(default, cst.Integer) else None
+
+    def _passed_by_callers(self, function: cst.FunctionDef, name: str,
+                           position: int | None) -> list[int | None]:
+        """`make_loader(ds, num_workers=8)`: literals, argparse options, else unknown."""
+        info = self.index.info(function)
+        values: list[int | None] = []
+        for site in self.index.call_sites(info) if info else ():
+            arg = call_arg(site.node, name, position)
+            if arg is None:
+                continue
+            if isinstance(arg.value, cst.Integer):
+                values.append(int(arg.value.evaluated_value))
+            elif isinstance(arg.value, cst.Attribute):
+                values.append(self._option_default(arg.value.attr.value))
+            else:
+                values.append(None)
+        return values
 
     # -- after the walk: entry points, what they reach, and the CUDA work there
     def finish(self) -> None:
         if not self.sites:
             return
-        entries: dict[FunctionInfo, str] = {}
-        for entry, label in self._dataset_entries():
-            entries.setdefault(entry, label)
-        for entry, label in self._loader_entries():
-            entries.setdefault(entry, label)
-        reached: dict[FunctionInfo, tuple[FunctionInfo, str]] = {}
-        for entry, label in entries.items():
+        entries: dict[FunctionInfo, tuple[str, str]] = {}
+        for entry, label, note in (*self._dataset_entries(), *self._loader_entries()):
+            entries.setdefault(entry, (label, note))
+        reached: dict[FunctionInfo, tuple[FunctionInfo, str, str]] = {}
+        for entry, (label, note) in entries.items():
             for unit in self.index.reachable(entry):
-                reached.setdefault(unit, (entry, label))
+                reached.setdefault(unit, (entry, label, note))
         flagged_statements = set()
         for site in self.sites:
             if site.unit in reached and site.statement not in flagged_statements:
                 flagged_statements.add(site.statement)  # `return x.cuda(), y.cuda()` once
-                entry, label = reached[site.unit]
-                self.report(site.node, _message(site, entry, label), site.statement)
+                self.report(site.node, _message(site, *reached[site.unit]), site.statement)
+
+    def _workers_note(self, loaders: list[_Loader]) -> str | None:
+        """None when every loader runs in the main process; else what the message
+        says of `num_workers` ("" for a literal count above 0)."""
+        unknown = None
+        for loader in loaders:
+            values = self._resolved(loader.workers)
+            if any(v is not None and v > 0 for v in values):
+                written = loader.workers.written
+                if written.isdigit():
+                    return ""
+                known = max(v for v in values if v is not None)
+                return f"num_workers={written} is {known} here"
+            if None in values and unknown is None:
+                unknown = loader
+        if unknown is None:
+            return None
+        return (f"num_workers={unknown.workers.written}, which this file does not set: the "
+                "workers run it as soon as it is above 0")
 
     def _dataset_entries(self):
-        passed = {}
+        passed: dict[str, list[_Loader]] = {}
+        anonymous = []  # loaders given a dataset this file does not name (a parameter)
         for loader in self.loaders:
             info = self._constructed_class(loader.dataset)
             if info is not None:
-                passed.setdefault(info.name, []).append(loader.starts_workers)
+                passed.setdefault(info.name, []).append(loader)
+            elif not _constructs_a_class(loader.dataset):
+                anonymous.append(loader)
+        constructed = {site.node.func.value for site in self.index.calls
+                       if isinstance(site.node.func, cst.Name)}
         for name in self.index.classes:
             if name not in passed and not self._is_dataset(name):
                 continue
-            if name in passed and not any(passed[name]):
-                continue  # every loader of it runs in the main process
+            loaders = passed.get(name) or (anonymous if name in constructed else [])
+            note = self._workers_note(loaders) if loaders else ""
+            if note is None:
+                continue  # every loader of it here runs in the main process
             for method in _WORKER_METHODS:
                 for function in self.index.methods_named(name, method)[:1]:
-                    yield function, function.qualname
+                    yield function, function.qualname, note
 
     def _loader_entries(self):
-        starts: dict[FunctionInfo, bool] = {}
+        users: dict[FunctionInfo, list[_Loader]] = {}
         labels: dict[FunctionInfo, str] = {}
+        anonymous: dict[str, list[_Loader]] = {}  # keyword -> loaders whose function is not found
         for loader in self.loaders:
-            for keyword, written, resolved in loader.worker_code:
-                for function in self._worker_functions(written, resolved, loader.class_name):
-                    starts[function] = starts.get(function, False) or loader.starts_workers
+            for keyword, written, values in loader.worker_code:
+                functions = [f for value in values
+                             for f in self._worker_functions(written, value, loader.class_name)]
+                if not functions:
+                    anonymous.setdefault(keyword, []).append(loader)
+                for function in functions:
+                    users.setdefault(function, []).append(loader)
                     labels.setdefault(function, f"the DataLoader's {keyword}")
         for function, label in labels.items():
-            if starts[function]:
-                yield function, label
+            note = self._workers_note(users[function])
+            if note is not None:
+                yield function, label, note
+        # named like one and not given to a loader found here: handed to a loader
+        # this file does not show (another file's, or one reached through a parameter)
+        referenced = {(dotted_name(expr) or "").rsplit(".", 1)[-1] for expr, _ in self.index.escaped}
         for function in self.index.functions.values():
             if function in labels or not _COLLATE_NAME.fullmatch(function.name):
                 continue
             if function.class_name is None or self._is_dataset(function.class_name):
-                # defined here, handed to a DataLoader in another file
-                yield function, f"a {'worker_init_fn' if 'init' in function.name else 'collate_fn'}"
+                keyword = "worker_init_fn" if "init" in function.name else "collate_fn"
+                loaders = anonymous.get(keyword, []) if function.name in referenced else []
+                note = self._workers_note(loaders) if loaders else ""
+                if note is not None:  # None: this file's loaders, all in the main process
+                    yield function, f"a {keyword}", note
 
     def _worker_functions(self, written, resolved, class_name) -> list[FunctionInfo]:
         """The functions a `collate_fn=` / `worker_init_fn=` value runs."""
@@ -278,16 +509,31 @@ _RETURN_CPU = "return CPU tensors and move the batch to the device in the traini
 _LEAVE_CUDA = "leave CUDA calls to the main process"
 
 
-def _message(site: _CudaSite, entry: FunctionInfo, label: str) -> str:
+def _constructs_a_class(expr: cst.BaseExpression | None) -> bool:
+    """`TensorDataset(x, y)`, `datasets.MNIST(...)`: a class this file does not define."""
+    if not isinstance(expr, cst.Call):
+        return False
+    name = dotted_name(expr.func) or ""
+    return name.rsplit(".", 1)[-1][:1].isupper()
+
+
+def _code(node: cst.CSTNode, limit: int = 40) -> str:
+    text = " ".join(cst.Module(body=[]).code_for_node(node).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _message(site: _CudaSite, entry: FunctionInfo, label: str, note: str = "") -> str:
     unit = "lambda" if isinstance(site.unit.node, cst.Lambda) else site.unit.qualname
     if label == entry.qualname or isinstance(entry.node, cst.Lambda):
         source = label
     else:
         source = f"{entry.qualname}, {label}"
     if site.unit is entry:
-        where = "" if source == unit else f" ({label})"
+        details = [] if source == unit else [label]
     else:
-        where = f" (reached from {source})"
+        details = [f"reached from {source}"]
+    details += [note] if note else []
+    where = f" ({'; '.join(details)})" if details else ""
     return (f"'{unit}' {site.action} inside DataLoader worker code{where}: every worker "
             "process creates its own CUDA context (~600 MiB each) or fails with 'Cannot "
             f"re-initialize CUDA in forked subprocess'; {site.fix}")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
-from memlint.analysis.names import call_arg, has_star_kwargs
+from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs
 from memlint.analysis.project import UnlessProjectOnCpu
 from memlint.rules.base import Rule
 
@@ -95,14 +97,21 @@ class DataLoaderWithoutPinMemory(Rule):
         'from torch.utils.data.dataloader import DataLoader\nclass Trainer:\n'
         '    def __init__(self, ds):\n        self.loader = DataLoader(ds, batch_size=8)\n'
         '        self.device = torch.device("cuda")\n'
-        '    def step(self, x):\n        return x.to(self.device)',
+        '    def step(self):\n        return next(iter(self.loader)).to(self.device)',
     ]
 
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
-        self.unpinned: list[tuple[cst.Call, cst.CSTNode | None, str]] = []
+        self.unpinned: list[tuple[cst.Call, cst.CSTNode | None, str, str | None]] = []
+        #: how often each identifier is read or written in the module, to tell a
+        #: loader that is never used again
+        self.identifiers: Counter[str] = Counter()
         self.copies_to_cuda = False
+        self.first_copy: cst.Call | None = None  # the evidence, for related locations
         self.copies_non_blocking = False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.identifiers[node.value] += 1
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualify(node.func) in _DATALOADERS:
@@ -116,6 +125,8 @@ class DataLoaderWithoutPinMemory(Rule):
             self.copies_to_cuda = True
         elif self.ctx.qualify(node.func) in _SET_DEFAULT_DEVICE and node.args:
             self.copies_to_cuda |= is_cuda_device(node.args[0].value, self.ctx) is True
+        if self.copies_to_cuda and self.first_copy is None:
+            self.first_copy = node
 
     def _check_loader(self, node: cst.Call) -> None:
         if self._collate_moves_to_device(node):
@@ -129,23 +140,42 @@ class DataLoaderWithoutPinMemory(Rule):
             written = "DataLoader(..., pin_memory=False)"
         else:
             return  # True, or decided at run time (a variable, `device.type == "cuda"`)
-        self.unpinned.append((node, self.statement(), written))
+        self.unpinned.append((node, self.statement(), written, self._private_target()))
 
     def _collate_moves_to_device(self, node: cst.Call) -> bool:
         """`collate_fn=partial(collate, device=device)`: the collate function is
         given the training device, so the batches it returns are already there."""
         collate = call_arg(node, "collate_fn", position=_COLLATE_POSITION)
-        value = collate.value if collate is not None else None
+        value = self.ctx.resolve(collate.value) if collate is not None else None
         return (isinstance(value, cst.Call) and self.ctx.qualify(value.func) in _PARTIAL
                 and call_arg(value, "device") is not None)
+
+    def _private_target(self) -> str | None:
+        """The name a loader is assigned to where no other file can read it:
+        a function's local, an attribute of `self`, any name of a notebook."""
+        parent = self.ctx.parent
+        if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
+            return None
+        name = dotted_name(parent.targets[0].target)
+        if name is None:
+            return None
+        if name.startswith("self.") and name.count(".") == 1:
+            return name.split(".", 1)[1]
+        local = "." not in name and (self.ctx.function is not None
+                                     or self.ctx.path.endswith(".ipynb"))
+        return name if local else None
 
     def finish(self) -> None:
         if not self.copies_to_cuda:
             return
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
-        for node, statement, written in self.unpinned:
+        for node, statement, written, target in self.unpinned:
+            if target is not None and self.identifiers[target] <= 1:
+                continue  # built and never used: no batch of it is ever copied
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking),
-                        statement, UnlessProjectOnCpu())
+                        statement, UnlessProjectOnCpu.here(self.ctx),
+                        related=[(self.first_copy, "copied to a CUDA device here: this "
+                                                   "module's batches go to the GPU")])
 
 
 def _is_true(node: cst.BaseExpression) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -46,7 +45,6 @@ _GRAD_METHODS = {"backward", "manual_backward", "requires_grad_", "retain_grad"}
 _VARIABLE = {"torch.autograd.Variable", "torch.autograd.variable.Variable"}
 _LIGHTNING_BASES = ("LightningModule",)
 _LIGHTNING_HOOK = re.compile(r"(validation|val|test|predict)_step$|.*_epoch_(start|end)$|on_.*")
-_TEST_FILE = re.compile(r"(test_.*|.*_test|conftest)\.py$")
 #: `DummyModel(...)`, `Net()`: calling a class builds a module, it runs no forward
 #: (`G_AB`, `netG`, `model` are instances)
 _CLASS_NAME = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
@@ -59,8 +57,11 @@ class _Unit:
     node: cst.CSTNode
     class_name: str | None
     evaluated: dict[str, bool] = field(default_factory=dict)  # module name -> in eval mode
+    eval_calls: dict[str, cst.Call] = field(default_factory=dict)  # module name -> its last .eval()
     on_gpu: dict[str, bool] = field(default_factory=dict)  # module name -> moved to a CUDA device
     forward: tuple[cst.Call, cst.CSTNode | None, str] | None = None  # first unguarded forward
+    volatile: tuple[cst.Call, cst.CSTNode | None] | None = None  # first Variable(volatile=True)
+    volatile_after_eval: bool = False  # ... after a `.eval()`: the inference part of a training loop
     wants_grad: bool = False
 
 
@@ -146,6 +147,21 @@ class GradInInference(Rule):
         # not a PyTorch module: an OpenVINO model records no graph
         "import torch\nimport openvino as ov\ndef infer(path, x):\n"
         "    model = ov.Core().compile_model(path, 'GPU')\n    return model(x)",
+        # the CPU branch of an `if` on the GPU
+        "import torch\ndef evaluate(model, x, use_gpu):\n    model.eval()\n    if use_gpu:\n"
+        "        with torch.no_grad():\n            return model(x.cuda())\n    else:\n"
+        "        return model(x)",
+        # volatile on training targets, in a function that back-propagates
+        "import torch\nfrom torch.autograd import Variable\ndef train(net, x, y, opt):\n"
+        "    y = Variable(y.cuda(), volatile=True)\n    loss = crit(net(x.cuda()), y)\n"
+        "    loss.backward()",
+        # a tokenizer, not a model
+        "import torch\nfrom transformers import AutoTokenizer\ndef predict(text):\n"
+        "    tokenizer = AutoTokenizer.from_pretrained('bert-base-uncased')\n"
+        "    return tokenizer(text, return_tensors='pt').to('cuda')",
+        # a model file's smoke test through a factory of the same file
+        "import torch\ndef densenet_cifar():\n    return DenseNet(growth_rate=12)\n"
+        "def test():\n    net = densenet_cifar()\n    return net(torch.randn(1, 3, 32, 32))",
         # a method called through a local alias named like a module
         "import torch\ndef predict(self, logits):\n    decoder = self.char_decode\n"
         "    return decoder(logits.argmax(-1))",
@@ -178,6 +194,7 @@ class GradInInference(Rule):
         self.units = [_Unit(None, None)]  # the module's top level
         self.pending: list[_Unit] = []
         self.grad_users: set[cst.CSTNode] = set()  # functions that call backward() & co.
+        self.volatile_units: list[_Unit] = []
 
     @property
     def unit(self) -> _Unit:
@@ -192,6 +209,8 @@ class GradInInference(Rule):
             self.grad_users.add(node)
         elif unit.forward is not None:
             self.pending.append(unit)
+        if unit.volatile is not None and node.name.value != "__init__":
+            self.volatile_units.append(unit)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         # `x.requires_grad = True`: gradients with respect to the input (attacks, saliency)
@@ -207,12 +226,19 @@ class GradInInference(Rule):
             self.unit.wants_grad = True
             return
         if qualified in _VARIABLE:
-            self._check_volatile(node)
+            if _is_volatile(node) and not self.index.grad_disabled and not self.ctx.in_cpu_branch():
+                after_eval = any(self.unit.evaluated.values())
+                # the first one, or the first after `.eval()` in a function that also trains
+                if self.unit.volatile is None or (after_eval and not self.unit.volatile_after_eval):
+                    self.unit.volatile = (node, self.statement())
+                    self.unit.volatile_after_eval = after_eval
             return
         if method in ("eval", "train") and isinstance(func, cst.Attribute):
             name = dotted_name(func.value)
             if name:
                 self.unit.evaluated[name] = method == "eval" or _is_false(node)
+                if self.unit.evaluated[name]:
+                    self.unit.eval_calls[name] = node
             return
         if method in ("cuda", "to", "cpu") and isinstance(func, cst.Attribute):
             name = dotted_name(func.value)
@@ -221,7 +247,8 @@ class GradInInference(Rule):
         if self.unit.forward is not None or self.index.grad_disabled:
             return
         module = self._called_module(node)
-        if module is None or self._in_signature() or self._built_here_on_cpu(module):
+        if module is None or self._in_signature() or self._built_here_on_cpu(module) \
+                or self.ctx.in_cpu_branch():
             return
         if self.unit.evaluated.get(module) or (self.unit.node is not None and _is_inference_name(self.unit.node)):
             self.unit.forward = (node, self.statement(), module)
@@ -231,15 +258,14 @@ class GradInInference(Rule):
                 self.unit.wants_grad = False
                 self.pending.append(self.unit)
 
-    def _check_volatile(self, node: cst.Call) -> None:
-        volatile = call_arg(node, "volatile")
-        if volatile is None or not (isinstance(volatile.value, cst.Name) and volatile.value.value == "True"):
-            return
-        if self.index.grad_disabled:
-            return
+    def _report_volatile(self, unit: _Unit) -> None:
+        """One finding per function, where its first `volatile=True` is; a
+        function whose unguarded forward is reported is reported there instead."""
+        node, statement = unit.volatile
         self.report(node, "Variable(..., volatile=True) has done nothing since PyTorch 0.4: "
                           "autograd still records the forward and keeps its activations; "
-                          "wrap the inference in `with torch.no_grad():` and drop Variable")
+                          "wrap the inference in `with torch.no_grad():` and drop Variable",
+                    statement, UnlessProjectOnCpu.here(self.ctx))
 
     def _called_module(self, call: cst.Call) -> str | None:
         """The name of the module this call runs forward, if it is one."""
@@ -288,8 +314,10 @@ class GradInInference(Rule):
         if not isinstance(value, cst.Call) or call_arg(value, "device") is not None \
                 or creates_on_cuda(value, self.ctx):
             return False
-        built = (dotted_name(value.func) or "").rsplit(".", 1)[-1]
-        return _CLASS_NAME.fullmatch(built) is not None or constructed_kind(value, self.ctx) == "module"
+        built = dotted_name(value.func) or ""
+        return (_CLASS_NAME.fullmatch(built.rsplit(".", 1)[-1]) is not None
+                or built in self.index.functions_by_name  # `net = densenet_cifar()`, defined here
+                or constructed_kind(value, self.ctx) == "module")
 
     def _names_function(self, name: str, class_name: str | None) -> bool:
         """`_assert_model(...)`, `random_data_generator(...)`: a function of this
@@ -349,11 +377,13 @@ class GradInInference(Rule):
     def finish(self) -> None:
         if not any(self.ctx.names.imports(root) for root in _TORCH_ROOTS):
             return  # mxnet / TensorFlow / JAX code records no graph outside its tapes
+        reported: set[int] = set()
         for unit in self.pending:
             if unit.wants_grad or self._left_alone(unit):
                 continue
+            reported.add(id(unit))
             call, statement, module = unit.forward
-            unless = UnlessProjectOnCpu()
+            unless = UnlessProjectOnCpu.here(self.ctx)
             info = self.index.info(unit.node) if unit.node is not None else None
             if info is not None and info.class_name is None and not self.index.call_sites(info):
                 # called from other files only, perhaps all under no_grad
@@ -369,13 +399,21 @@ class GradInInference(Rule):
                               "activation for a backward that never comes (training-step peak "
                               "memory, outputs that hold their graphs); wrap the inference in "
                               "`with torch.no_grad():` or decorate the function with "
-                              "@torch.no_grad()", statement, unless)
+                              "@torch.no_grad()" + _VOLATILE_TOO * (unit.volatile is not None),
+                        statement, unless,
+                        related=[(unit.eval_calls[module], f"'{module}' is put in eval mode here")]
+                        if unit.evaluated.get(module) else [])
+
+        top = self.units[0]
+        for unit in (*self.volatile_units, *([top] if top.volatile is not None else [])):
+            if id(unit) not in reported and (not unit.wants_grad or unit.volatile_after_eval):
+                self._report_volatile(unit)
 
     def _left_alone(self, unit: _Unit) -> bool:
         if unit.node is None:
             return False
         name = unit.node.name.value
-        if name.lstrip("_").startswith("test") and _TEST_FILE.match(os.path.basename(self.ctx.path)):
+        if name.lstrip("_").startswith("test") and self.ctx.in_test_file:
             return True  # `test_*` and its `_test_*` helpers: "test" is pytest's word here
         if self._names_function(unit.forward[2], unit.class_name):
             return True  # a function defined further down the file, named like a model
@@ -428,6 +466,15 @@ class GradInInference(Rule):
 def _is_inference_name(node: cst.FunctionDef) -> bool:
     words = set(re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", node.name.value).lower().split("_"))
     return bool(words & _INFERENCE_WORDS) and not words & _TRAINING_WORDS
+
+
+_VOLATILE_TOO = " (its Variable(..., volatile=True) has done nothing since PyTorch 0.4)"
+
+
+def _is_volatile(call: cst.Call) -> bool:
+    volatile = call_arg(call, "volatile")
+    return volatile is not None and isinstance(volatile.value, cst.Name) \
+        and volatile.value.value == "True"
 
 
 def _is_false(call: cst.Call) -> bool:

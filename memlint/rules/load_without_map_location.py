@@ -7,7 +7,7 @@ import re
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
-from memlint.analysis.devices import string_value
+from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import FactCollector, UnlessProjectOnCpu
 from memlint.rules.base import Rule
@@ -63,6 +63,16 @@ class LoadWithoutMapLocation(Rule):
         'import torch\nx.cuda()\nfeatures = torch.load(cached_features_file)',
         'import torch\nx.cuda()\nself.data, self.slices = torch.load(self.processed_paths[0])',
         'import torch\nx.cuda()\nscheduler.load_state_dict(torch.load("scheduler.pt"))',
+        # a model built here and saved before it was moved to a GPU
+        'import torch\nmodel = NeuralNetwork(10, 2)\ntorch.save(model.state_dict(), "model.pth")\n'
+        'model.load_state_dict(torch.load("model.pth"))\nmodel.cuda()',
+        # a whole pickled model: what is loaded becomes the model, no second copy
+        'import torch\nmodel = torch.load(args.checkpoint)\nmodel.eval()\nmodel.cuda()',
+        # optimizer.load_state_dict moves each state onto its parameter's device
+        'import torch\nactor.cuda()\nself.actor_optimizer.load_state_dict(torch.load(f + "_opt"))',
+        # the CPU branch of an `if` on the GPU
+        'import torch\nif torch.cuda.is_available():\n    state = torch.load(p, map_location="cuda")\n'
+        'else:\n    state = torch.load(p)',
         # pretrained weights loaded while a module is built (on the CPU)
         'import torch\nclass FCN(torch.nn.Module):\n    def __init__(self):\n'
         '        super().__init__()\n        self.net = resnet101()\n'
@@ -92,13 +102,21 @@ class LoadWithoutMapLocation(Rule):
         #: the path expressions of `torch.save` calls, by whether what they saved is on the CPU
         self.saved_on_cpu: set[str] = set()
         self.saved_maybe_gpu: set[str] = set()
+        self.starts_ranks: cst.Call | None = None  # the evidence of a multi-process job
+        #: names a load was assigned to, and how the code then uses them
+        self.used_as_model: set[str] = set()
+        #: names of models moved to a GPU so far (a model saved before is on the CPU)
+        self.moved_to_gpu: set[str] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
+        if qualified in _RANK_STARTERS and self.starts_ranks is None:
+            self.starts_ranks = node
+        self._note_model_use(node)
         if qualified in _SAVERS and len(node.args) >= 2:
             key = _path_key(node.args[1].value)
             if key is not None:
-                on_cpu = _saves_cpu_values(node.args[0].value, self.ctx)
+                on_cpu = _saves_cpu_values(node.args[0].value, self.ctx, self.moved_to_gpu)
                 (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
             return
         if qualified not in _LOADERS:
@@ -107,18 +125,39 @@ class LoadWithoutMapLocation(Rule):
             return
         if any(arg.star for arg in node.args):
             return  # map_location may come through *args / **kwargs
-        if self._holds_no_gpu_tensors(node):
+        if self.ctx.in_cpu_branch() or self._holds_no_gpu_tensors(node):
             return
-        self.loads.append((node, self.statement(), self._into_load_state_dict(node)))
+        into = self._loaded_into()
+        if into is not None and _OPTIMIZER.search(into):
+            return  # optimizer.load_state_dict moves each state onto its parameter: no copy
+        model = "<chained>" if self._chained_as_model() else self._assigned_name()
+        self.loads.append((node, self.statement(), self._into_load_state_dict(node), model))
+
+    def _note_model_use(self, node: cst.Call) -> None:
+        """`m.cuda()`, `m.eval()`, `m(x)` of a name: it holds a model."""
+        func = node.func
+        receiver = func.value if isinstance(func, cst.Attribute) else None
+        name = dotted_name(receiver) if receiver is not None else dotted_name(func)
+        if name is None:
+            return
+        if receiver is None or func.attr.value in _MODEL_USES:
+            self.used_as_model.add(name)
+        if receiver is not None and moves_to_cuda(node, self.ctx):
+            self.moved_to_gpu.add(name)
 
     def finish(self) -> None:
         distributed = FactCollector.of(self.ctx).facts.distributed
-        for node, statement, copied in self.loads:
+        for node, statement, copied, model in self.loads:
             path = _path_key(node.args[0].value) if node.args else None
             if path in self.saved_on_cpu and path not in self.saved_maybe_gpu:
                 continue  # saved in this file from CPU values
+            if not distributed and (model == "<chained>" or model in self.used_as_model):
+                continue  # a whole pickled model: it is the model, no second copy
             message = self.RANKS if distributed else self.COPIED if copied else self.RESTORED
-            self.report(node, message, statement, UnlessProjectOnCpu())
+            self.report(node, message, statement, UnlessProjectOnCpu.here(self.ctx),
+                        related=[(self.starts_ranks, "the program runs as several ranks "
+                                                     "(processes) here; each one loads")]
+                        if distributed and self.starts_ranks is not None else [])
 
     def _holds_no_gpu_tensors(self, node: cst.Call) -> bool:
         """A data or cache file, or pretrained weights loaded while a module is built."""
@@ -132,6 +171,29 @@ class LoadWithoutMapLocation(Rule):
         function = self.ctx.function
         return (function is not None and function.name.value == "__init__"
                 and self.ctx.class_def is not None)
+
+    def _loaded_into(self) -> str | None:
+        """`optimizer` for `optimizer.load_state_dict(torch.load(p)...)`."""
+        for ancestor in reversed(self.ctx.ancestors[:-1]):
+            if isinstance(ancestor, cst.Call):
+                func = ancestor.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict":
+                    return dotted_name(func.value)
+                return None
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return None
+        return None
+
+    def _assigned_name(self) -> str | None:
+        parent = self.ctx.parent
+        if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return dotted_name(parent.targets[0].target)
+        return None
+
+    def _chained_as_model(self) -> bool:
+        """`torch.load(p).cuda()`, `torch.load(p).eval()`."""
+        parent = self.ctx.parent
+        return isinstance(parent, cst.Attribute) and parent.attr.value in _MODEL_USES
 
     def _into_load_state_dict(self, node: cst.Call) -> bool:
         """`x.load_state_dict(torch.load(p))`, also through `[...]` or a name
@@ -147,9 +209,18 @@ class LoadWithoutMapLocation(Rule):
 
 
 _SAVERS = {"torch.save", "torch.serialization.save"}
+#: What is done to a model and not to a dict of tensors.
+_MODEL_USES = {"cuda", "to", "eval", "train", "parameters", "named_parameters", "forward",
+               "modules", "children", "half", "float", "zero_grad", "generate", "predict"}
+_OPTIMIZER = re.compile(r"(^|[._])(optim\w*|opt|opt_\w+|\w+_opt|\w*optimizer\w*)$", re.IGNORECASE)
+_RANK_STARTERS = {"torch.distributed.init_process_group", "torch.multiprocessing.spawn",
+                  "torch.nn.parallel.DistributedDataParallel"}
 #: Files that hold data, caches or bookkeeping rather than GPU tensors.
 _DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|scheduler|slices|"
                         r"^data$|\.data$|_data$|^data_)", re.IGNORECASE)
+
+
+_BUILT_CLASS = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
 
 
 def _path_key(node: cst.BaseExpression) -> str | None:
@@ -160,12 +231,26 @@ def _path_key(node: cst.BaseExpression) -> str | None:
     return dotted_name(node)
 
 
-def _saves_cpu_values(node: cst.BaseExpression, ctx) -> bool:
+def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str]) -> bool:
     """`model.cpu().state_dict()`, `x.cpu()`, `{k: v.cpu() ...}`, or a name
-    bound to such a value or to a CPU tensor factory without a device."""
+    bound to such a value, to a CPU tensor factory without a device, or to a
+    model built here (`NeuralNetwork()`) and not moved to a GPU before."""
+    root = node
+    while isinstance(root, cst.Call) and isinstance(root.func, cst.Attribute) \
+            and root.func.attr.value in ("state_dict", "detach", "clone"):
+        root = root.func.value
+    name = dotted_name(root)
+    if name is not None and name not in moved_to_gpu:
+        built = ctx.binding(name)
+        while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
+                and built.func.attr.value in ("eval", "train", "float", "double"):
+            built = built.func.value
+        if isinstance(built, cst.Call) and call_arg(built, "device") is None \
+                and _BUILT_CLASS.fullmatch((dotted_name(built.func) or "").rsplit(".", 1)[-1]):
+            return True
     node = ctx.resolve(node)
     if isinstance(node, cst.DictComp):
-        return _saves_cpu_values(node.value, ctx)
+        return _saves_cpu_values(node.value, ctx, moved_to_gpu)
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         method = node.func.attr.value
         if method == "cpu":
@@ -181,5 +266,5 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx) -> bool:
             return True  # `torch.arange(4)`, `torch.randn(3)`: made on the CPU
     if isinstance(node, (cst.Dict, cst.List, cst.Tuple)):
         values = [e.value for e in node.elements if isinstance(e, (cst.DictElement, cst.Element))]
-        return bool(values) and all(_saves_cpu_values(v, ctx) for v in values)
+        return bool(values) and all(_saves_cpu_values(v, ctx, moved_to_gpu) for v in values)
     return False

@@ -10,6 +10,8 @@ import libcst as cst
 from memlint.analysis.autograd_values import (AUTOGRAD_ENTRY, BACKWARD_METHODS, AutogradValues,
                                               BackwardFlows, Value)
 from memlint.analysis.names import dotted_name
+from memlint.analysis.project import (Condition, Either, FactCollector,
+                                      UnlessImportedFunctionsKeepNoHistory, UnlessProjectOnCpu)
 from memlint.rules.base import Rule
 
 _STORING_METHODS = {"append": "append", "extend": "extend with", "insert": "insert",
@@ -24,15 +26,21 @@ _MODULE_BASES = {"torch.nn.Module", "nn.Module", "Module"}
 class _Store:
     """A flagged store, held until the module ends: a later `backward()` that
     the kept graph reaches (REINFORCE, one backward over an accumulated loss,
-    here or in a helper) means the graph was kept on purpose."""
+    here or in a helper) means the graph was kept on purpose, and what a
+    function defined further down returns is known only then."""
 
     node: cst.CSTNode
     statement: cst.CSTNode | None
-    message: str
+    stored: cst.BaseExpression
+    value: Value
+    target: cst.BaseExpression
+    verb: str
     container: str
     #: the enclosing loops whose iterations the container survives, as far as
     #: the bindings before the store tell
     outlived: list[cst.CSTNode]
+    #: the container is a local variable of the function the store is in
+    local: bool
 
 
 @dataclass
@@ -136,6 +144,23 @@ class TensorHistoryKept(Rule):
         "        log_probs.append(policy(state).log_prob(a))\n    return log_probs\n"
         "for episode in range(1000):\n    loss = -torch.cat(run_episode()).sum()\n"
         "    loss.backward()",
+        # a helper defined further down that returns floats (notebook order)
+        "import torch\ntrain_losses = []\nfor x, y in loader:\n"
+        "    train_losses.append(compute_loss(model(x), y))\n"
+        "def compute_loss(out, y):\n    return criterion(out, y).item()",
+        # named by what it does, not a model: its first result is a numpy action (A3C)
+        "import torch\ndef run(self):\n    while not done:\n"
+        "        action, log_prob = self.pick_action_and_get_critic_values(state)\n"
+        "        self.episode_actions.append(action)",
+        # the terms of one loss summed over feature levels, returned in a dict (DFC-VAE)
+        "import torch\nimport torch.nn.functional as F\n"
+        "def loss_function(recons_features, input_features):\n    feature_loss = 0.0\n"
+        "    for (r, i) in zip(recons_features, input_features):\n"
+        "        feature_loss += F.mse_loss(r, i)\n    return {'loss': feature_loss}",
+        # a from-scratch RNN's outputs per time step, returned to the caller's backward
+        "import torch\nimport torch.nn as nn\ndef gru(inputs, state, params):\n"
+        "    outputs = []\n    for X in inputs:\n        m = nn.Sigmoid()\n"
+        "        outputs.append(m(X @ params[0]))\n    return outputs, state",
     ]
     INVALID = [
         "import torch\nlosses = []\nfor x, y in loader:\n    loss = criterion(model(x), y)\n"
@@ -184,6 +209,13 @@ class TensorHistoryKept(Rule):
         "import torch\nfor epoch in range(10):\n    losses = []\n    for x, y in loader:\n"
         "        loss = criterion(model(x), y)\n        loss.backward()\n        losses.append(loss)\n"
         "    loss = torch.stack(losses).mean()\n    print(loss.item())",
+        # a helper defined further down that returns the loss itself
+        "import torch\ntrain_losses = []\nfor x, y in loader:\n"
+        "    train_losses.append(compute_step(model(x), y))\n"
+        "def compute_step(out, y):\n    return criterion(out, y)",
+        # returned, but summed over the batches of a loader: every batch's graph until then
+        "import torch\ndef epoch_outputs(model, loader):\n    outs = []\n"
+        "    for x, _ in loader:\n        outs.append(model(x))\n    return outs",
     ]
 
     def __init__(self, ctx, options=None) -> None:
@@ -192,6 +224,9 @@ class TensorHistoryKept(Rule):
         self.frames: list[_Frame] = []
         self.pending: list[tuple[_Frame, _Store]] = []
         self.module: cst.Module | None = None
+        #: loops whose body runs a backward or an optimizer step: training steps
+        self.training_loops: set[int] = set()
+        self.top_level: set[str] = set()
 
     # -- frames: one per function, and the module ---------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -200,6 +235,11 @@ class TensorHistoryKept(Rule):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.frames.append(_Frame(node, model_code=self._is_model_code(node)))
+        if isinstance(self.ctx.parent, cst.Module):
+            self.top_level.add(node.name.value)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.values.note_import(node)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.values.note_function_end(node.name.value)
@@ -213,11 +253,20 @@ class TensorHistoryKept(Rule):
     def finish(self) -> None:
         while self.frames:
             self._settle(self.frames.pop())
-        if not self.pending:
+        self._publish_results()
+        judged = []
+        for frame, store in self.pending:
+            value = self.values.settled(store.value)
+            if not value.history:
+                continue  # e.g. a helper defined further down returns floats
+            if store.local and not any(map(self._across_batches, store.outlived)):
+                continue  # one call's terms (time steps, feature levels), freed with the call
+            judged.append((frame, store, value))
+        if not judged:
             return
         flows = BackwardFlows(self.module, self.ctx.names,
-                              {id(store.statement) for _, store in self.pending})
-        for frame, store in self.pending:
+                              {id(store.statement) for _, store, _ in judged})
+        for frame, store, value in judged:
             outlived = [loop for loop in store.outlived
                         if store.container not in flows.reset_every_iteration(loop)]
             if not outlived:
@@ -226,7 +275,39 @@ class TensorHistoryKept(Rule):
                 continue  # loss terms summed over heads or scales, for a backward elsewhere
             if flows.consumed(frame.node, store.container, store.statement):
                 continue  # kept for a backward that follows
-            self.report(store.node, store.message, store.statement)
+            self.report(store.node, _message(store.stored, value, _code(store.target), store.verb),
+                        store.statement, self._unless(store.value))
+
+    def _unless(self, value: Value) -> Condition:
+        """A CPU-only project keeps no GPU memory; a value whose history only
+        an imported function's name suggests waits on what that function returns."""
+        on_cpu = UnlessProjectOnCpu.here(self.ctx)
+        imported = self.values.imported_waits(value)
+        collector = FactCollector.of(self.ctx)
+        if not imported or collector is None or \
+                self.values.settled(value, trust_imported_names=False).history:
+            return on_cpu
+        return Either((on_cpu, UnlessImportedFunctionsKeepNoHistory(
+            collector.facts.module, tuple(sorted(set(imported))))))
+
+    def _publish_results(self) -> None:
+        """Tell the project what this module's functions return (for callers
+        in other files that import them)."""
+        collector = FactCollector.of(self.ctx)
+        if collector is None or not self.top_level:
+            return
+        results = self.values.function_results()
+        collector.facts.returns.update(
+            (name, results[name]) for name in self.top_level if name in results)
+
+    def _across_batches(self, loop: cst.CSTNode) -> bool:
+        """A loop over batches, epochs or training steps (its body runs a
+        backward or an optimizer step), not over the time steps, feature
+        levels or items of one batch."""
+        if id(loop) in self.training_loops or isinstance(loop, cst.While):
+            return True
+        header = _code(loop.target, limit=200) + " in " + _code(loop.iter, limit=200)
+        return _ACROSS_BATCHES.search(header) is not None
 
     def _is_model_code(self, node: cst.FunctionDef) -> bool:
         name = node.name.value
@@ -308,11 +389,12 @@ class TensorHistoryKept(Rule):
         if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
             return  # `x = x + block(x)`: a computation chain, not an accumulation
         value = self.values.value_of(stored)
-        if not value.history:
+        if not value.history and not value.waits:
             return
-        self.frames[-1].stores.append(_Store(node, self.statement(),
-                                             _message(stored, value, _code(container), verb),
-                                             owner, outlived))
+        local = isinstance(self.ctx.scope.node, cst.FunctionDef) and "." not in owner and \
+            owner in self.ctx.scope.bindings
+        self.frames[-1].stores.append(_Store(node, self.statement(), stored, value, container,
+                                             verb, owner, outlived, local))
 
     def _outlived_loops(self, owner: str) -> list[cst.CSTNode]:
         """The enclosing loops whose iterations the container survives: none
@@ -329,11 +411,22 @@ class TensorHistoryKept(Rule):
         if (isinstance(func, cst.Attribute) and func.attr.value in BACKWARD_METHODS) or \
                 self.ctx.qualify(func) in AUTOGRAD_ENTRY:
             self.frames[-1].calls_backward = True
+            self.training_loops.update(map(id, self.ctx.loops))
+        elif isinstance(func, cst.Attribute) and func.attr.value == "step" and \
+                _OPTIMIZER.search(dotted_name(func.value) or ""):
+            self.training_loops.update(map(id, self.ctx.loops))
 
 
 _DATA_LOOP = re.compile(r"load|batch|data|epoch|step|iter|sample|episode|train|valid|val_|"
                         r"test|eval|input|image|img|example|\b(x|y|xb|yb|dl|ds)\b|"
                         r"range\(\d{2,}\)", re.IGNORECASE)
+
+
+#: A loop across batches: `_DATA_LOOP` less the words of one batch's parts
+#: (`for x in inputs`, `range(batch_size)`, `zip(recons, input_features)`).
+_ACROSS_BATCHES = re.compile(r"load|batches|\bbatch\b|data|epoch|step|iter|sample|episode|train|"
+                             r"valid|val_|test|eval|\b(dl|ds)\b|range\(\d{2,}\)", re.IGNORECASE)
+_OPTIMIZER = re.compile(r"optim|(^|[._])opt(_\w+)?$|scheduler|scaler", re.IGNORECASE)
 
 
 def _is_data_loop(loop: cst.CSTNode) -> bool:

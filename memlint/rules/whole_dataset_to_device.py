@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
-from memlint.analysis.names import dotted_name
+from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.walker import children
 from memlint.rules.base import Rule
 
 _TENSOR_TYPES = ("Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
@@ -51,6 +53,14 @@ _REDUCTIONS = {"max", "min", "mean", "sum", "std", "var", "median", "count", "nu
 _SETUP_WORDS = {"init", "setup", "prepare", "load", "read", "build", "make", "create",
                 "preprocess", "main", "data", "dataset", "datasets"}
 _NOT_SETUP_WORDS = {"batch", "step", "sample", "forward", "predict", "act"}
+#: Words in a name that say "one batch or sample", whatever else it says.
+_ONE_SAMPLE_WORDS = {"batch", "minibatch", "mb", "state", "states", "obs", "observation",
+                     "observations", "action", "actions", "reward", "rewards"}
+#: Functions that run once per batch or sample, where an index picks a batch.
+_PER_BATCH_FUNCTIONS = {"getitem", "getitems", "batch", "batches", "minibatch", "iterate"}
+#: Words in a callee's name that say it is a model being run.
+_MODEL_WORDS = {"model", "net", "network", "encoder", "decoder", "classifier", "gnn", "gcn",
+                "gat", "mlp", "module"}
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 NONE, UNKNOWN, WEAK, STRONG = range(4)
@@ -67,6 +77,8 @@ def _name_evidence(name: str) -> int:
     words |= {part.lower().replace("_", "") for part in parts}
     if words & _DATASET_WORDS or (words & _SPLITS and words & _DATA_WORDS):
         return STRONG
+    if words & _ONE_SAMPLE_WORDS:
+        return NONE
     if words & _WEAK_DATA_WORDS or (parts and parts[-1] in ("X", "Y", *_SPLIT_NAMES)):
         return WEAK
     return UNKNOWN
@@ -77,14 +89,20 @@ class WholeDatasetToDevice(Rule):
     statement (`torch.tensor(X_train).to(device)`, `TensorDataset(x.cuda(), y.cuda())`):
     it occupies GPU memory for the program's lifetime, sized by the data set
     rather than the batch, and fails with out-of-memory as soon as the data
-    grows. Leaves alone per-batch moves inside a loop, models, literals and
-    constants, random tensors, and names that say "one sample" or "batch"."""
+    grows. The data set is known by its origin or name, by being indexed batch
+    by batch after the move (`X[i:i + bs]`, `self.x[index]` in `__getitem__`),
+    or by a same-module helper returning it on the device (`batchify(corpus.train)`).
+
+    Leaves alone per-batch moves inside a loop, models, literals and constants,
+    random tensors, names that say "one sample" or "batch", devices that are
+    not CUDA (XLA, MPS), and full-batch training: tensors fed whole to a model
+    in a module that never batches them, where the data set is the batch."""
 
     code = "MEM001"
     name = "whole-dataset-to-device"
     keywords = ("cuda", "dev", ".to(")
 
-    MESSAGE = ("'{source}' is put on the GPU whole: the entire data set stays in GPU memory "
+    MESSAGE = ("'{source}' is put on the GPU whole{how}: the entire data set stays in GPU memory "
                "for the program's lifetime, sized by the data rather than the batch; keep it "
                "on the CPU, wrap it in a Dataset and DataLoader(pin_memory=True), and move "
                "each batch with .to(device, non_blocking=True)")
@@ -123,6 +141,24 @@ class WholeDatasetToDevice(Rule):
         'import torch\ndef get_batch(split):\n'
         '    data = train_data if split == "train" else val_data\n'
         '    x = torch.stack([data[i:i + 8] for i in ix])\n    return x.to(device)',
+        # full-batch training: the whole graph is the batch, fed whole every step
+        'import torch\nfeatures, adj, labels = load_data()\nfeatures = features.cuda()\n'
+        'adj = adj.cuda()\nfor epoch in range(200):\n    output = model(features, adj)',
+        'import torch\ndata = dataset[0].to(device)\ndef train():\n'
+        '    out = model(data.x, data.edge_index)',
+        # XLA / TPU and MPS devices are not CUDA
+        'import torch\nimport torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n'
+        'X_train = torch.tensor(X_train).to(device)',
+        'import torch\ndevice = "mps" if torch.backends.mps.is_available() else "cpu"\n'
+        'X_train = torch.tensor(X_train).to(device)',
+        # `from torch import *`: randn is torch's noise
+        'from torch import *\nX_train = randn(1000, 10).cuda()',
+        # a helper that returns the model's output, not the data it moved
+        'import torch\ndef predict(net, inputs):\n    return net(inputs.to(device))\n'
+        'preds = predict(model, X_test)',
+        # a per-image mask, not a batch index
+        'import torch\nfor j in range(n):\n    targets = (torch.ones(shape) * -1).cuda()\n'
+        '    targets[positive_indices, :] = 0',
     ]
     INVALID = [
         'import torch\nX_train = torch.tensor(X_train).to(device)',
@@ -150,11 +186,34 @@ class WholeDatasetToDevice(Rule):
         'import torch\nmnist = load()\nimages = mnist.train_dataset.data.float().cuda()',
         'import torch\nfor epoch in range(10):\n'
         '    inputs = torch.from_numpy(x_train).to(device)',
+        # moved in a Dataset's __init__, indexed per sample: the data set, whatever its name
+        'import torch\nfrom torch.utils.data import Dataset\nclass Rows(Dataset):\n'
+        '    def __init__(self, x):\n        self.x = torch.tensor(x).to(device)\n'
+        '    def __getitem__(self, i):\n        return self.x[i]',
+        # a helper with a loose name that returns its argument on the device
+        'import torch\ndef batchify(data, bsz):\n    data = data.view(bsz, -1).t().contiguous()\n'
+        '    return data.to(device)\ntrain_data = batchify(corpus.train, 20)',
+        # moved whole, then sliced into batches in the loop
+        'import torch\ndef fit(X_np, bs):\n    X = torch.tensor(X_np).cuda()\n'
+        '    for i in range(0, len(X), bs):\n        xb = X[i:i + bs]',
+        'import numpy as np\nfrom torch import *\nX = tensor(np.load("x.npy")).cuda()',
     ]
 
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
         self._flagged_statements: set[int] = set()
+        self._moves: list[_Move] = []
+        #: helpers that move a parameter to the GPU whole: name -> (parameter, its position)
+        self._helpers: dict[str, tuple[str, int]] = {}
+        #: helpers that slice a parameter into batches: name -> positions
+        self._slicing_helpers: dict[str, set[int]] = {}
+        #: names indexed batch by batch: where (function, order) and the subscript as written
+        self._sliced: dict[str, list[tuple[_Place, cst.Subscript | None]]] = {}
+        #: (helper name, position, argument name, where) of calls that pass a name on
+        self._passed: list[tuple[str, int, str, _Place]] = []
+        self._order = 0  # moves, subscripts and calls seen so far: what comes after a move
+        #: (function or module, names fed whole) of each model call
+        self._fed_whole: list[tuple[cst.CSTNode, set[str]]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -162,6 +221,7 @@ class WholeDatasetToDevice(Rule):
             if any(_puts_on_cuda(arg.value, self) for arg in node.args):
                 self._report_once(node, self.TENSOR_DATASET_MESSAGE)
             return
+        self._note_call(node)
         if moves_to_cuda(node, self.ctx):
             source = node.func.value  # `<source>.to(device)`, `<source>.cuda()`
         elif creates_on_cuda(node, self.ctx) and node.args and (
@@ -170,14 +230,229 @@ class WholeDatasetToDevice(Rule):
         else:
             return
         evidence = self._evidence(source)
-        if evidence == STRONG or (evidence == WEAK and self._at_setup_level()):
-            self._report_once(node, self.MESSAGE.format(source=_shorten(source)))
+        whole = evidence == STRONG or (evidence == WEAK and self._at_setup_level())
+        targets = self._targets(node)
+        if not whole and evidence != NONE:
+            parameter = self._parameter_moved(source)
+            if parameter is not None and self._returns_moved(node, targets):
+                self._helpers[self.ctx.function.name.value] = parameter
+        self._moves.append(_Move(node, self.statement(), source, whole,
+                                 evidence != NONE and not self.ctx.in_loop, targets, self._place()))
 
-    def _report_once(self, node: cst.Call, message: str) -> None:
-        statement = self.statement()
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        name = dotted_name(node.value)
+        if name is None or not self._slices_batches(node):
+            return
+        self._sliced.setdefault(name, []).append((self._place(), node))
+        position = self._parameter_position(name)
+        if position is not None:  # `def get_batch(source, i): source[i:i + n]`
+            self._slicing_helpers.setdefault(self.ctx.function.name.value, set()).add(position)
+
+    def _note_call(self, node: cst.Call) -> None:
+        """Calls of same-module helpers (what they move or slice) and of models
+        (what they are fed whole)."""
+        func = node.func
+        if isinstance(func, cst.Name):
+            for position, arg in enumerate(node.args):
+                name = dotted_name(arg.value)
+                if arg.keyword is None and not arg.star and name is not None:
+                    self._passed.append((func.value, position, name, self._place()))
+            helper = self._helpers.get(func.value)
+            if helper is not None:
+                self._helper_call(node, func.value, *helper)
+        fed = {prefix for arg in node.args for name in [dotted_name(arg.value)] if name
+               for prefix in _prefixes(name)}
+        if fed and self._is_model(func):
+            self._fed_whole.append((self.ctx.function or self.ctx.scopes[0].node, fed))
+
+    def _helper_call(self, node: cst.Call, helper: str, parameter: str, position: int) -> None:
+        """`train_data = batchify(corpus.train, bsz)` where batchify returns `data.to(device)`."""
+        arg = call_arg(node, parameter, position)
+        if arg is None:
+            return
+        evidence = self._evidence(arg.value)
+        if evidence == STRONG or (evidence == WEAK and self._at_setup_level()):
+            self._moves.append(_Move(node, self.statement(), arg.value, True,
+                                     not self.ctx.in_loop, self._targets(node), self._place(),
+                                     f" by {helper}()"))
+
+    def finish(self) -> None:
+        """Report the moves of whole data sets, now that the module shows how each
+        tensor is used: indexed batch by batch afterwards (whole, whatever its
+        name), or fed whole to a model in a module that never batches (full-batch
+        training: the data set is the batch, so its size is the batch's)."""
+        for helper, position, name, place in self._passed:
+            if position in self._slicing_helpers.get(helper, ()):
+                self._sliced.setdefault(name, []).append((place, None))
+        batched = [(move, subscript) for move in self._moves if move.maybe_data
+                   for subscript in [self._batched_after(move)] if subscript is not False]
+        full_batch = set() if batched else self._full_batch_names()
+        reported = {id(move) for move, _ in batched}
+        for move, subscript in batched:
+            how = move.helper + " and only then indexed batch by batch" + (
+                f" ('{_shorten(subscript)}')" if subscript is not None else "")
+            self._report_once(move.node, self.MESSAGE.format(source=_shorten(move.source), how=how),
+                              move.statement)
+        for move in self._moves:
+            if move.whole and id(move) not in reported and not (
+                    move.targets and move.targets <= full_batch):
+                self._report_once(move.node, self.MESSAGE.format(source=_shorten(move.source),
+                                                                 how=move.helper),
+                                  move.statement)
+
+    def _batched_after(self, move: _Move) -> cst.Subscript | None | bool:
+        """The subscript that indexes `move`'s result batch by batch after it
+        (None: through a helper such as `get_batch(data, i)`), or False."""
+        for target in move.targets:
+            for place, subscript in self._sliced.get(target, ()):
+                if place.function is not move.place.function or place.order > move.place.order:
+                    return subscript
+        return False
+
+    def _place(self) -> _Place:
+        self._order += 1
+        return _Place(self.ctx.function, self._order)
+
+    def _full_batch_names(self) -> set[str]:
+        """Names fed whole to a model, and the names the same step function uses
+        with them (`model(features, adj)` and `labels[idx_train]` in `train()`)."""
+        moved = {target for move in self._moves for target in move.targets}
+        names: set[str] = set()
+        steps: set[cst.FunctionDef] = set()
+        for unit, fed in self._fed_whole:
+            if fed & moved:
+                names |= fed
+                if isinstance(unit, cst.FunctionDef) and unit not in steps:
+                    steps.add(unit)
+                    names |= _names_used(unit)
+        return names
+
+    def _report_once(self, node: cst.Call, message: str,
+                     statement: cst.CSTNode | None = None) -> None:
+        statement = statement or self.statement()
         if id(statement) not in self._flagged_statements:
             self._flagged_statements.add(id(statement))
-            self.report(node, message)
+            self.report(node, message, statement)
+
+    def _targets(self, call: cst.Call) -> frozenset[str]:
+        """The names the current statement assigns `call`'s result to (`X`, `self.data`)."""
+        statement = self.statement()
+        if not isinstance(statement, cst.SimpleStatementLine):
+            return frozenset()
+        names: set[str] = set()
+        for small in statement.body:
+            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None \
+                    and _chains_to(small.value, call):
+                targets = small.targets if isinstance(small, cst.Assign) else [small]
+                for target in targets:
+                    names.update(_target_names(target.target))
+        return frozenset(names)
+
+    def _parameter_position(self, name: str) -> int | None:
+        """The position of `name` among the parameters of the enclosing module-level
+        function (not a method), if it is one."""
+        function = self.ctx.function
+        if function is None or self.ctx.class_def is not None:
+            return None
+        for position, param in enumerate(function.params.params):
+            if param.name.value == name:
+                return position
+        return None
+
+    def _returns_moved(self, move: cst.Call, targets: frozenset[str]) -> bool:
+        """Whether the enclosing function returns what `move` moved:
+        `return data.to(device)`, or `data = data.cuda()` ... `return data`
+        (not `return net(x.to(device))`: that returns the model's output)."""
+        function = self.ctx.function
+        if function is None:
+            return False
+        stack: list[cst.CSTNode] = [function.body]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, cst.Return):
+                value = current.value
+                if value is not None and (dotted_name(value) in targets or _chains_to(value, move)):
+                    return True
+            elif not isinstance(current, cst.BaseExpression):
+                stack.extend(children(current))
+        return False
+
+    def _parameter_moved(self, source: cst.BaseExpression) -> tuple[str, int] | None:
+        """The parameter whose data `source` is, through methods and local
+        reassignments (`data = data.view(bsz, -1).t()`), if any."""
+        node, seen = source, set()
+        for _ in range(12):
+            if isinstance(node, cst.Call):
+                qualified = self.ctx.qualify(node.func) or ""
+                if isinstance(node.func, cst.Attribute) and not qualified.startswith("torch."):
+                    node = node.func.value  # any method of the data returns the data
+                elif qualified in _SAME_DATA_CALLS and node.args:
+                    node = node.args[0].value
+                else:
+                    return None
+            elif isinstance(node, cst.Subscript):
+                if self._picks_a_batch(node):
+                    return None
+                node = node.value
+            elif isinstance(node, cst.Name):
+                bound = self.ctx.binding(node.value)
+                site = self.ctx.binding_site(node.value)
+                if site is not None and site.unpacked_from is not None:
+                    return None  # `data, target = batch`
+                if bound is not None and id(bound) not in seen:
+                    seen.add(id(bound))
+                    node = bound
+                    continue
+                position = self._parameter_position(node.value)
+                return None if position is None else (node.value, position)
+            else:
+                return None
+        return None
+
+    def _in_per_batch_function(self) -> bool:
+        """`__getitem__`, `get_batch`, `iterate_minibatches`: run once per batch or sample."""
+        function = self.ctx.function
+        return function is not None and bool(set(_words(function.name.value)) & _PER_BATCH_FUNCTIONS)
+
+    def _slices_batches(self, node: cst.Subscript) -> bool:
+        """Rows picked per iteration: `X[i:i + bs]`, `X[ids[k]:ids[k + 1]]` in a loop,
+        `X[idx]` with `idx = perm[i:i + bs]`, `self.x[index]` in `__getitem__` (not
+        `X[:32]`, `X[:, i]`, a mask `X[positive]`, nor row `i` of a batch `X[i]`)."""
+        first = node.slice[0].slice if node.slice else None
+        per_batch = self._in_per_batch_function()
+        if not (self.ctx.in_loop or per_batch):
+            return False
+        if isinstance(first, cst.Slice):
+            return any(_names_in(bound) for bound in (first.lower, first.upper) if bound)
+        if not isinstance(first, cst.Index) or not isinstance(first.value, cst.Name):
+            return False
+        index = first.value.value
+        bound = self.ctx.binding(index)
+        if isinstance(bound, cst.Subscript) and bound.slice \
+                and isinstance(bound.slice[0].slice, cst.Slice):
+            return True  # idx = perm[i:i + bs]
+        return per_batch and self._is_parameter(index)
+
+    def _is_parameter(self, name: str) -> bool:
+        function = self.ctx.function
+        return function is not None and any(p.name.value == name for p in function.params.params)
+
+    def _is_model(self, func: cst.BaseExpression) -> bool:
+        """`model(x)`, `self.net(x)`, or a name bound to a constructed class (`gat = GAT(...)`)."""
+        name = dotted_name(func)
+        if name is None or self.ctx.qualify(func) is not None:
+            return False
+        if set(_words(name.rsplit(".", 1)[-1])) & _MODEL_WORDS:
+            return True
+        bound = self.ctx.binding(name)
+        while isinstance(bound, cst.Call) and isinstance(bound.func, cst.Attribute) \
+                and bound.func.attr.value in ("to", "cuda", "eval", "train", "double", "float"):
+            bound = bound.func.value
+        if not isinstance(bound, cst.Call):
+            return False
+        constructor = dotted_name(bound.func) or ""
+        return constructor.rsplit(".", 1)[-1][:1].isupper() and not (
+            self.ctx.qualify(bound.func) or "").startswith("torch.utils.data")
 
     def _at_setup_level(self) -> bool:
         """Module level, a class body, or a function that sets data up, outside loops."""
@@ -207,6 +482,8 @@ class WholeDatasetToDevice(Rule):
             if self._picks_a_batch(node):
                 return NONE
             return self._evidence(node.value, depth + 1)
+        if isinstance(node, cst.BinaryOperation):  # `torch.ones(n) * -1`, `(X - mean) / std`
+            return max(self._evidence(node.left, depth + 1), self._evidence(node.right, depth + 1))
         name = dotted_name(node)
         if name is None:
             return NONE if _is_literal(node) else UNKNOWN
@@ -225,11 +502,14 @@ class WholeDatasetToDevice(Rule):
         return _name_evidence(name)
 
     def _call_evidence(self, node: cst.Call, depth: int) -> int:
-        qualified = self.ctx.qualify(node.func) or ""
+        # `torch.zeros` where torch came in through another module's `import *`
+        qualified = self.ctx.qualify(node.func) or _unimported_torch(node.func)
         if qualified in _READERS or qualified.startswith(_READER_PREFIXES):
             return STRONG
         if qualified in _SAME_DATA_CALLS or cuda_tensor_type(node.func, self.ctx):
-            return self._evidence(node.args[0].value, depth + 1) if node.args else NONE
+            if not node.args or _sizes_only(node, qualified):
+                return NONE  # `torch.LongTensor(bptt, bsz)`: an empty buffer of that shape
+            return self._evidence(node.args[0].value, depth + 1)
         if qualified.startswith(("torch.", "numpy.")):
             return NONE  # torch.randn, torch.zeros, nn.Linear(...), np.random.rand ...
         func = node.func
@@ -238,8 +518,8 @@ class WholeDatasetToDevice(Rule):
                 return self._frame_evidence(func.value, depth)
             if func.attr.value in _SAME_DATA_METHODS:
                 return self._evidence(func.value, depth + 1)
-            if func.attr.value == "sample":
-                return NONE  # a replay-buffer / data-frame sample
+            if func.attr.value in ("sample", "next", "__next__"):
+                return NONE  # a replay-buffer / data-frame sample, an iterator's next batch
         if isinstance(func, cst.Name) and func.value in ("next", "iter"):
             return NONE  # one batch of a loader
         return UNKNOWN
@@ -268,6 +548,29 @@ class WholeDatasetToDevice(Rule):
         return False
 
 
+@dataclass(frozen=True)
+class _Place:
+    """Where a move, a subscript or a call is: its function (None: module level)
+    and its order in the walk."""
+
+    function: cst.FunctionDef | None
+    order: int
+
+
+@dataclass(eq=False)
+class _Move:
+    """A move to the GPU seen during the walk, decided in `finish`."""
+
+    node: cst.Call
+    statement: cst.CSTNode | None
+    source: cst.BaseExpression  # the data as written
+    whole: bool  # the source is the whole data set by its origin or name
+    maybe_data: bool  # not known to be a batch, a constant or noise, nor moved per iteration
+    targets: frozenset[str]  # the names the result is assigned to
+    place: _Place
+    helper: str = ""  # ` by batchify()`: the same-module helper that moves it
+
+
 def _puts_on_cuda(node: cst.BaseExpression, rule: WholeDatasetToDevice) -> bool:
     """Whether the expression contains a move to (or a creation on) a CUDA device."""
     stack: list[cst.CSTNode] = [node]
@@ -288,7 +591,64 @@ def _names_in(node: cst.CSTNode) -> list[str]:
         if isinstance(current, cst.Name):
             found.append(current.value)
         elif not isinstance(current, cst.Attribute):
-            stack.extend(current.children)
+            stack.extend(children(current))
+    return found
+
+
+def _chains_to(value: cst.BaseExpression, call: cst.Call) -> bool:
+    """`call`, or `call.contiguous()`, `call.float()`: methods applied to its result."""
+    if value is call:
+        return True
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        if value is call:
+            return True
+        value = value.func.value
+    return False
+
+
+def _sizes_only(call: cst.Call, qualified: str) -> bool:
+    """`torch.FloatTensor(3, 4)`, `torch.BoolTensor(x.size())`: a shape, not data."""
+    if qualified.rsplit(".", 1)[-1] not in _TENSOR_TYPES:
+        return False
+    first = call.args[0].value
+    if len(call.args) > 1 and call.args[1].keyword is None:
+        return True
+    if isinstance(first, cst.Integer):
+        return True
+    if isinstance(first, cst.Call) and isinstance(first.func, cst.Attribute):
+        return first.func.attr.value == "size"
+    return isinstance(first, cst.Attribute) and first.attr.value == "shape"
+
+
+def _unimported_torch(func: cst.BaseExpression) -> str:
+    name = dotted_name(func) or ""
+    return name if name.startswith("torch.") else ""
+
+
+def _prefixes(name: str) -> list[str]:
+    """`data.x` -> `data.x`, `data`: feeding `data.x` whole feeds `data`'s tensors whole."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+
+
+def _target_names(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for element in target.elements for n in _target_names(element.value)]
+    name = dotted_name(target)
+    return [name] if name else []
+
+
+def _names_used(function: cst.FunctionDef) -> set[str]:
+    """Every name and dotted name read or written in a function."""
+    found: set[str] = set()
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        current = stack.pop()
+        name = dotted_name(current) if isinstance(current, (cst.Name, cst.Attribute)) else None
+        if name is not None:
+            found.update(_prefixes(name))
+        else:
+            stack.extend(children(current))
     return found
 
 

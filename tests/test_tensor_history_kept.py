@@ -1,0 +1,61 @@
+"""MEM003 across files: what an imported helper returns is settled with the
+project's facts, and a project that never uses CUDA keeps no GPU memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memlint import Settings, check_paths, check_source
+
+ONLY_MEM003 = Settings(select=("MEM003",))
+
+TRAIN = ("import torch\nfrom .losses import compute_loss\n\n"
+         "model = torch.nn.Linear(4, 1).cuda()\ntotal = 0.0\n"
+         "for x, y in loader:\n    total += compute_loss(model(x), y)\n")
+
+
+def _package(tmp_path: Path, losses: str) -> Path:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "losses.py").write_text(losses)
+    (package / "train.py").write_text(TRAIN)
+    return package
+
+
+def _losses(returned: str) -> str:
+    """A helper module (with a loop: MEM003 only walks files that have one)."""
+    return ("import torch\ncriterion = torch.nn.MSELoss()\n\n"
+            f"def compute_loss(out, y):\n    return {returned}\n\n"
+            "def terms(out, ys):\n    return [criterion(out, y).item() for y in ys]\n")
+
+
+def findings(*paths: Path) -> list[tuple[str, int]]:
+    report = check_paths([str(p) for p in paths], ONLY_MEM003, jobs=1)
+    return [(Path(f.path).name, f.line) for f in report.findings]
+
+
+def test_an_imported_helper_named_like_a_loss_that_returns_a_float_is_not_a_loss(tmp_path):
+    _package(tmp_path, _losses("criterion(out, y).item()"))
+    assert findings(tmp_path) == []
+
+
+def test_an_imported_helper_that_returns_the_loss_tensor_is_reported(tmp_path):
+    _package(tmp_path, _losses("criterion(out, y)"))
+    assert findings(tmp_path) == [("train.py", 7)]
+
+
+def test_checked_alone_the_importer_goes_by_the_helper_name(tmp_path):
+    package = _package(tmp_path, _losses("criterion(out, y).item()"))
+    assert [f.line for f in check_source(TRAIN, str(package / "train.py"), ONLY_MEM003)] == [7]
+
+
+def test_a_project_that_never_uses_cuda_is_not_reported(tmp_path):
+    (tmp_path / "cpu_train.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(4, 1)\ncriterion = torch.nn.MSELoss()\n"
+        "losses = []\nfor x, y in batches:\n    loss = criterion(model(x), y)\n"
+        "    loss.backward()\n    losses.append(loss)\n")
+    assert findings(tmp_path) == []
+    (tmp_path / "cpu_train.py").write_text(
+        (tmp_path / "cpu_train.py").read_text().replace("Linear(4, 1)", "Linear(4, 1).cuda()"))
+    assert findings(tmp_path) == [("cpu_train.py", 8)]
