@@ -201,3 +201,16 @@ def test_a_rule_crash_in_a_notebook_is_an_internal_error_not_a_traceback(tmp_pat
 def test_an_unreadable_notebook_is_mem000(tmp_path):
     findings, error = check_file(str(tmp_path / "missing.ipynb"), Settings())
     assert [f.code for f in findings] == ["MEM000"] and error is None
+
+
+def test_a_notebook_large_with_outputs_is_still_checked(tmp_path):
+    """A notebook's file is mostly outputs: 3 MB of inline plot passes the
+    2 MB default, which bounds the code of .py files."""
+    cell = {"cell_type": "code", "metadata": {}, "execution_count": 1,
+            "source": ["import torch  # trains on cuda\n", "state = torch.load(p)\n"],
+            "outputs": [{"output_type": "display_data", "metadata": {},
+                         "data": {"image/png": "A" * 3 * 2**20}}]}
+    path = tmp_path / "plots.ipynb"
+    path.write_text(notebook_text(cell))
+    findings, error = check_file(str(path), Settings(max_file_size_mb=2))
+    assert error is None and [f.code for f in findings] == ["MEM007"]

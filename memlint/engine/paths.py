@@ -18,6 +18,9 @@ from memlint.finding import Finding, InternalError
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 NOTEBOOK_SUFFIX = ".ipynb"
+#: A notebook's file is mostly its outputs (plots inline as base64): its
+#: limit is this many times max-file-size, so the limit still bounds the code.
+NOTEBOOK_SIZE_FACTOR = 32
 
 @dataclass
 class Report:
@@ -61,11 +64,14 @@ def check_file(path: str, settings: Settings,
 def analyse_file(source: Source, settings: Settings) -> FileResult:
     """One file as part of a project; never raises."""
     path, data = source.path, source.data
+    limit = settings.max_file_size_mb
+    if limit is not None and path.endswith(NOTEBOOK_SUFFIX):
+        limit *= NOTEBOOK_SIZE_FACTOR
     try:
         if data is None:
-            data = read_regular_file(path, settings.max_file_size_mb)
-        elif _larger_than(data, settings.max_file_size_mb):
-            raise Unreadable(too_large(settings.max_file_size_mb))
+            data = read_regular_file(path, limit)
+        elif _larger_than(data, limit):
+            raise Unreadable(too_large(limit))
         analyse = analyse_notebook_source if path.endswith(NOTEBOOK_SUFFIX) else analyse_source
         findings, facts = analyse(data, path, settings, module=module_name(path, source.root))
         return FileResult(findings, None, facts)
