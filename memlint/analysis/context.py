@@ -65,6 +65,7 @@ class Context:
         self.analyses: dict[type, object] = {}
         self.ancestors: list[cst.CSTNode] = []
         self.scopes: list[Scope] = []
+        self._if_depth = 0  # `if` statements around the current node
 
     def close(self) -> None:
         """Drop the analyses, breaking their reference cycles (an analysis refers
@@ -299,7 +300,7 @@ class Context:
         if name.startswith("self.") or name.startswith("cls."):
             scope = next((s for s in reversed(self.scopes) if isinstance(s.node, cst.ClassDef)), scope)
         previous = scope.sites.get(name)
-        branches = self._branches()
+        branches = self._branches() if self._if_depth else ()
         if previous is not None and _other_branch(previous.branches, branches):
             # `if cuda: device = "cuda"` / `else: device = "cpu"`: either value may hold
             value = cst.IfExp(test=cst.Name("__memlint_either__"), body=previous.value,
@@ -377,12 +378,21 @@ def _literal_bool(node: cst.BaseExpression) -> bool | None:
     return None
 
 
+def _enter_if(ctx: Context, node: cst.If) -> None:
+    ctx._if_depth += 1
+
+
+def _leave_if(ctx: Context, node: cst.If) -> None:
+    ctx._if_depth -= 1
+
+
 _ENTER = {
     cst.Module: Context._enter_scope,
     cst.ClassDef: Context._enter_scope,
     cst.Lambda: Context._enter_scope,
     cst.FunctionDef: Context._enter_function,
     cst.With: Context._enter_with,
+    cst.If: _enter_if,
     cst.Import: lambda ctx, node: ctx.names.add_import(node),
     cst.ImportFrom: lambda ctx, node: ctx.names.add_import_from(node),
 }
@@ -392,6 +402,7 @@ _LEAVE = {
     cst.Lambda: Context._leave_scope,
     cst.FunctionDef: Context._leave_scope,
     cst.With: Context._leave_with,
+    cst.If: _leave_if,
     cst.Assign: Context._leave_assign,
     cst.AnnAssign: Context._leave_ann_assign,
     cst.Expr: Context._leave_expression_statement,
