@@ -100,3 +100,16 @@ def test_a_whole_pickled_model_is_the_model_not_a_second_copy():
         assert check_source(source) == []
     ranks = "import torch\ndist.init_process_group('nccl')\nnet = torch.load(p).cuda()\n"
     assert [f.code for f in check_source(ranks)] == ["MEM007"]
+
+
+def test_a_loader_built_in_one_module_and_copied_to_the_gpu_in_another(tmp_path):
+    (tmp_path / "data.py").write_text(
+        "from torch.utils.data import DataLoader\n"
+        "def get_loader(ds):\n    return DataLoader(ds, batch_size=64, shuffle=True)\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom data import get_loader\ndevice = torch.device('cuda')\n"
+        "for x, y in get_loader(ds):\n    x = x.to(device)\n")
+    assert codes(tmp_path) == [("data.py", 3, "MEM005")]
+    (tmp_path / "train.py").write_text("from data import get_loader\n"
+                                       "for x, y in get_loader(ds):\n    print(x.sum())\n")
+    assert codes(tmp_path) == []

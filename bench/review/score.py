@@ -50,9 +50,9 @@ class Repo:
         return self.name.replace("/", "+")
 
 
-def read_repos() -> list[Repo]:
+def read_repos(pattern: str = "*") -> list[Repo]:
     repos = []
-    for listing in sorted((HERE / "repos").glob("*.csv")):
+    for listing in sorted((HERE / "repos").glob(f"{pattern}.csv")):
         with open(listing, newline="") as handle:
             repos.extend(Repo(row["repo"], row["commit"], row["kind"])
                          for row in csv.DictReader(handle))
@@ -223,13 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / ".review",
                         help="where the trees are exported (git-ignored)")
     parser.add_argument("--repo", action="append", help="only this repository (owner/name)")
+    parser.add_argument("--listing", default="*",
+                        help="only the repositories of repos/<LISTING>.csv (a glob: 'heldout_*')")
     parser.add_argument("--unjudged", action="store_true",
                         help="list the findings no verdict covers, as CSV rows to fill in")
     parser.add_argument("--findings", action="store_true", help="list every finding and its verdict")
     parser.add_argument("--save", type=Path, help="write the whole run as JSON")
     args = parser.parse_args(argv)
 
-    repos = read_repos()
+    repos = read_repos(args.listing)
     if args.repo:
         unknown = set(args.repo) - {r.name for r in repos}
         if unknown:

@@ -60,6 +60,8 @@ class ModuleFacts:
     distributed: bool = False
     #: the modules it imports, as written (`utils`, `.utils`, `pkg.models.net`)
     imports: tuple[str, ...] = ()
+    #: its text moves tensors to a device (`.cuda(`, `.to(`)
+    copies_to_device: bool = False
     calls: list[CallFact] = field(default_factory=list)
     #: what its top-level functions return, as MEM003's autograd tracer saw
     #: them (files it walks: those with a loop): True a value with autograd
@@ -221,6 +223,18 @@ class UnlessProjectOnCpu(Condition):
 
 
 @dataclass(frozen=True)
+class UnlessNoImporterCopiesToCuda(Condition):
+    """A loader built in a module that copies nothing to a GPU itself: dropped
+    unless a module importing it copies tensors to a device in CUDA code."""
+
+    module: str
+
+    def drops(self, project: Project) -> bool:
+        return not any(importer.copies_to_device and project.cuda_near(importer.module)
+                       for importer in project.importers_of(self.module))
+
+
+@dataclass(frozen=True)
 class UnlessCallersDisableGrad(Condition):
     """An inference function with no caller in its own file: dropped when the
     project calls it, and every such call runs with grad disabled."""
@@ -299,6 +313,12 @@ class Project:
         if self._component_cuda is None:
             self._component_cuda = self._solve_components()
         return self._component_cuda.get(module, True)
+
+    def importers_of(self, module: str) -> list[ModuleFacts]:
+        """The checked modules whose imports name `module`."""
+        return [facts for facts in self.modules if facts.module != module
+                and any(module in self._resolve_import(facts.module, imported)
+                        for imported in facts.imports)]
 
     def _solve_components(self) -> dict[str, bool]:
         links: dict[str, set[str]] = {m.module: set() for m in self.modules}

@@ -63,7 +63,7 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
         return [], None
     facts = ModuleFacts(path, module_name(path) if module is None else module,
                         mentions_cuda(source), runs_distributed(source),
-                        imported_modules(source))
+                        imported_modules(source), ".cuda(" in source or ".to(" in source)
     rule_types = [r for r in ALL_RULES
                   if r.code in selected and any(k in source for k in r.keywords)]
     if not rule_types:

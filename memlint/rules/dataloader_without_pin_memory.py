@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import NamedTuple
 
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
 from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs
-from memlint.analysis.project import UnlessProjectOnCpu
+from memlint.analysis.project import (FactCollector, UnlessNoImporterCopiesToCuda,
+                                      UnlessProjectOnCpu)
 from memlint.rules.base import Rule
 
 _DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
@@ -18,6 +20,21 @@ _SET_DEFAULT_DEVICE = {"torch.set_default_device"}
 _PIN_MEMORY_POSITION = 7
 _COLLATE_POSITION = 6
 _PARTIAL = {"functools.partial"}
+_INDEX_RANGES = {"range", "numpy.arange", "torch.arange"}
+_TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
+
+
+class _Loader(NamedTuple):
+    node: cst.Call
+    statement: cst.CSTNode | None
+    written: str  # how the call is written, for the message
+    target: str | None  # the private name it is assigned to, if any
+    dataset_class: str | None  # what builds its dataset (`FaceDataset(...)`)
+    in_function: bool  # built in a function another module can call
+
+
+def _on_cuda(value: cst.BaseExpression, ctx) -> bool:
+    return isinstance(value, cst.Call) and (moves_to_cuda(value, ctx) or creates_on_cuda(value, ctx))
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -39,6 +56,9 @@ class DataLoaderWithoutPinMemory(Rule):
     MESSAGE = ("{loader} while this module copies batches to a CUDA device: every batch is "
                "copied from pageable host memory (~7 GB/s vs ~54 GB/s pinned){non_blocking}; "
                "pass pin_memory=True")
+    ELSEWHERE = ("{loader} in a module whose importers copy batches to a CUDA device: every "
+                 "batch is copied from pageable host memory (~7 GB/s vs ~54 GB/s pinned); "
+                 "pass pin_memory=True")
     NON_BLOCKING = (", and the non_blocking=True copies here are synchronous from pageable "
                     "memory, so they overlap nothing")
 
@@ -67,6 +87,16 @@ class DataLoaderWithoutPinMemory(Rule):
         'import torch.utils.data as tud\n'
         'loader = tud.DataLoader(ds, pin_memory=torch.cuda.is_available())\n'
         'model.cuda()',
+        # the data are already on the GPU: pinning a CUDA tensor raises (MEM001's finding)
+        'import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n'
+        'ds = TensorDataset(x.cuda(), y.cuda())\nloader = DataLoader(ds, batch_size=64)\n'
+        'for xb, yb in loader:\n    model(xb.to("cuda"))',
+        'import torch\nfrom torch.utils.data import DataLoader, Dataset\n'
+        'class OnGpu(Dataset):\n    def __init__(self, x):\n        self.x = x.to("cuda")\n'
+        'loader = DataLoader(OnGpu(x), batch_size=64)\nfor xb in loader:\n    model(xb)',
+        # indices into tensors kept on the GPU
+        'import torch\nfrom torch.utils.data import DataLoader\nX = X.cuda()\n'
+        'for idx in DataLoader(range(len(X)), batch_size=64, shuffle=True):\n    model(X[idx])',
         # the collate function is handed the device: batches arrive on the GPU
         'import torch\nfrom functools import partial\nfrom torch.utils.data import DataLoader\n'
         'device = torch.device("cuda")\n'
@@ -102,7 +132,9 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
-        self.unpinned: list[tuple[cst.Call, cst.CSTNode | None, str, str | None]] = []
+        self.unpinned: list[_Loader] = []
+        #: Dataset classes of this module whose `__init__` puts the data on a GPU
+        self.gpu_dataset_classes: set[str] = set()
         #: how often each identifier is read or written in the module, to tell a
         #: loader that is never used again
         self.identifiers: Counter[str] = Counter()
@@ -117,20 +149,31 @@ class DataLoaderWithoutPinMemory(Rule):
         if self.ctx.qualify(node.func) in _DATALOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
+            self._note_dataset_on_gpu()
             self.copies_to_cuda = True
             non_blocking = call_arg(node, "non_blocking")
             if non_blocking is not None and _is_true(non_blocking.value):
                 self.copies_non_blocking = True
         elif creates_on_cuda(node, self.ctx):
+            self._note_dataset_on_gpu()
             self.copies_to_cuda = True
         elif self.ctx.qualify(node.func) in _SET_DEFAULT_DEVICE and node.args:
             self.copies_to_cuda |= is_cuda_device(node.args[0].value, self.ctx) is True
         if self.copies_to_cuda and self.first_copy is None:
             self.first_copy = node
 
+    def _note_dataset_on_gpu(self) -> None:
+        function, class_def = self.ctx.function, self.ctx.class_def
+        if function is not None and function.name.value == "__init__" and class_def is not None:
+            self.gpu_dataset_classes.add(class_def.name.value)
+
     def _check_loader(self, node: cst.Call) -> None:
         if self._collate_moves_to_device(node):
             return  # batches arrive on the device: pinning a CUDA tensor raises
+        dataset = call_arg(node, "dataset", position=0)
+        dataset_value = self.ctx.resolve(dataset.value) if dataset is not None else None
+        if dataset_value is not None and self._no_host_tensors(dataset_value):
+            return
         pin = call_arg(node, "pin_memory", position=_PIN_MEMORY_POSITION)
         if pin is None:
             if has_star_kwargs(node):
@@ -140,7 +183,23 @@ class DataLoaderWithoutPinMemory(Rule):
             written = "DataLoader(..., pin_memory=False)"
         else:
             return  # True, or decided at run time (a variable, `device.type == "cuda"`)
-        self.unpinned.append((node, self.statement(), written, self._private_target()))
+        dataset_class = dotted_name(dataset_value.func) \
+            if isinstance(dataset_value, cst.Call) else None
+        self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
+                                     dataset_class, self.ctx.function is not None))
+
+    def _no_host_tensors(self, dataset: cst.BaseExpression) -> bool:
+        """A dataset whose items are not host tensors to pin: indices
+        (`range(n)`, `torch.arange(n)`) into data kept elsewhere, or a
+        `TensorDataset` of tensors already on a GPU (pinning them raises)."""
+        if not isinstance(dataset, cst.Call):
+            return False
+        qualified = self.ctx.qualify(dataset.func) or dotted_name(dataset.func) or ""
+        if qualified in _INDEX_RANGES:
+            return True
+        if qualified in _TENSOR_DATASETS:
+            return any(_on_cuda(self.ctx.resolve(arg.value), self.ctx) for arg in dataset.args)
+        return False
 
     def _collate_moves_to_device(self, node: cst.Call) -> bool:
         """`collate_fn=partial(collate, device=device)`: the collate function is
@@ -166,12 +225,19 @@ class DataLoaderWithoutPinMemory(Rule):
         return name if local else None
 
     def finish(self) -> None:
-        if not self.copies_to_cuda:
-            return
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
-        for node, statement, written, target in self.unpinned:
+        for node, statement, written, target, dataset_class, in_function in self.unpinned:
             if target is not None and self.identifiers[target] <= 1:
                 continue  # built and never used: no batch of it is ever copied
+            if dataset_class in self.gpu_dataset_classes:
+                continue  # the Dataset put its data on the GPU: MEM001's finding
+            if not self.copies_to_cuda:
+                if not in_function:
+                    continue  # a module-level or `__main__` loader: no importer iterates it
+                # built here, iterated where it is imported (a `get_loader()` helper)
+                self.report(node, self.ELSEWHERE.format(loader=written), statement,
+                            UnlessNoImporterCopiesToCuda(FactCollector.of(self.ctx).facts.module))
+                continue
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking),
                         statement, UnlessProjectOnCpu.here(self.ctx),
                         related=[(self.first_copy, "copied to a CUDA device here: this "
