@@ -113,3 +113,11 @@ def test_a_loader_built_in_one_module_and_copied_to_the_gpu_in_another(tmp_path)
     (tmp_path / "train.py").write_text("from data import get_loader\n"
                                        "for x, y in get_loader(ds):\n    print(x.sum())\n")
     assert codes(tmp_path) == []
+
+
+def test_the_copy_message_needs_the_load_to_reach_load_state_dict():
+    into = check_source("import torch\nnet.cuda()\nstate = torch.load(p)\n"
+                        "net.load_state_dict(state['model'])\n")
+    kept = check_source("import torch\nnet.cuda()\nfeatures = torch.load(p)\nuse(features)\n")
+    assert "second copy of the checkpoint" in into[0].message
+    assert "restores every tensor" in kept[0].message

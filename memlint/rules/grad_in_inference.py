@@ -47,7 +47,7 @@ _LIGHTNING_BASES = ("LightningModule",)
 _LIGHTNING_HOOK = re.compile(r"(validation|val|test|predict)_step$|.*_epoch_(start|end)$|on_.*")
 #: `DummyModel(...)`, `Net()`: calling a class builds a module, it runs no forward
 #: (`G_AB`, `netG`, `model` are instances)
-_CLASS_NAME = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
+_CLASS_NAME = re.compile(r"[A-Z](?=\w*[a-z])\w*")  # `MobileNetV3_Small`, not `G_AB`
 
 
 @dataclass
@@ -159,6 +159,8 @@ class GradInInference(Rule):
         "import torch\nfrom transformers import AutoTokenizer\ndef predict(text):\n"
         "    tokenizer = AutoTokenizer.from_pretrained('bert-base-uncased')\n"
         "    return tokenizer(text, return_tensors='pt').to('cuda')",
+        # a smoke test of a class named with digits and an underscore
+        "import torch\ndef test():\n    net = MobileNetV3_Small()\n    return net(torch.randn(2, 3, 224, 224))",
         # a model file's smoke test through a factory of the same file
         "import torch\ndef densenet_cifar():\n    return DenseNet(growth_rate=12)\n"
         "def test():\n    net = densenet_cifar()\n    return net(torch.randn(1, 3, 32, 32))",
@@ -180,6 +182,9 @@ class GradInInference(Rule):
         "    backbone = torchvision.models.resnet18().to('cuda')\n    backbone.eval()\n"
         "    return backbone(x)",
         "import torch\ndef eval_epoch(encoder, x):\n    return encoder.forward(x.cuda())",
+        # a GAN's generator by its capital letter
+        "import torch\ndef get_sample_image(G, n_noise):\n    z = torch.randn(100, n_noise).cuda()\n"
+        "    return G(z).cpu().numpy()",
         # a caller that does not disable grad
         "import torch\ndef infer_batch(model, x):\n    return model(x)\n"
         "def main(model, xs):\n    return [infer_batch(model, x.cuda()) for x in xs]",
@@ -291,10 +296,12 @@ class GradInInference(Rule):
         if (_CLASS_NAME.fullmatch(judged.rsplit(".", 1)[-1])
                 or self._names_function(judged, self.unit.class_name)):
             return None
-        last = judged.rsplit(".", 1)[-1].lower()
+        written = judged.rsplit(".", 1)[-1]
+        last = written.lower()
         if last.split("_", 1)[0] in _VERB_PREFIXES:
             return None
-        return name if _MODEL_NAMES.fullmatch(last) else None
+        # `G(z)`, `D(x)`: a GAN's generator and discriminator, by the capital letter
+        return name if _MODEL_NAMES.fullmatch(last) or written in ("G", "D") else None
 
     def _built_here_on_cpu(self, module: str) -> bool:
         """A model built in this function (or at the top level) and never moved

@@ -68,6 +68,9 @@ class LoadWithoutMapLocation(Rule):
         'model.load_state_dict(torch.load("model.pth"))\nmodel.cuda()',
         # a whole pickled model: what is loaded becomes the model, no second copy
         'import torch\nmodel = torch.load(args.checkpoint)\nmodel.eval()\nmodel.cuda()',
+        # a data set saved as tensors: no model state to copy
+        'import torch\nx.cuda()\ntrain = torch.load("insect_train.pt")\n'
+        'ds = TensorDataset(train["images"], train["labels"])',
         # optimizer.load_state_dict moves each state onto its parameter's device
         'import torch\nactor.cuda()\nself.actor_optimizer.load_state_dict(torch.load(f + "_opt"))',
         # the CPU branch of an `if` on the GPU
@@ -105,6 +108,8 @@ class LoadWithoutMapLocation(Rule):
         self.starts_ranks: cst.Call | None = None  # the evidence of a multi-process job
         #: names a load was assigned to, and how the code then uses them
         self.used_as_model: set[str] = set()
+        self.used_as_data: set[str] = set()  # `TensorDataset(d["x"])`, `d["images"]`
+        self.copied_into_modules: set[str] = set()  # `net.load_state_dict(d["model"])`
         #: names of models moved to a GPU so far (a model saved before is on the CPU)
         self.moved_to_gpu: set[str] = set()
 
@@ -131,15 +136,25 @@ class LoadWithoutMapLocation(Rule):
         if into is not None and _OPTIMIZER.search(into):
             return  # optimizer.load_state_dict moves each state onto its parameter: no copy
         model = "<chained>" if self._chained_as_model() else self._assigned_name()
-        self.loads.append((node, self.statement(), self._into_load_state_dict(node), model))
+        self.loads.append((node, self.statement(), into is not None, model))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        key = _literal_key(node)
+        if key is not None and key.lower() in _DATA_KEYS:
+            self.used_as_data.add(_root_name(node.value))
 
     def _note_model_use(self, node: cst.Call) -> None:
-        """`m.cuda()`, `m.eval()`, `m(x)` of a name: it holds a model."""
+        """`m.cuda()`, `m.eval()`, `m(x)` of a name: it holds a model;
+        `net.load_state_dict(d[...])`: `d` holds state dicts; `TensorDataset(d)`: data."""
         func = node.func
         receiver = func.value if isinstance(func, cst.Attribute) else None
         name = dotted_name(receiver) if receiver is not None else dotted_name(func)
         if name is None:
             return
+        if receiver is not None and func.attr.value == "load_state_dict" and node.args:
+            self.copied_into_modules.add(_root_name(node.args[0].value))
+        if name.endswith(("Dataset", "DataLoader")):
+            self.used_as_data.update(_root_name(arg.value) for arg in node.args)
         if receiver is None or func.attr.value in _MODEL_USES:
             self.used_as_model.add(name)
         if receiver is not None and moves_to_cuda(node, self.ctx):
@@ -147,12 +162,15 @@ class LoadWithoutMapLocation(Rule):
 
     def finish(self) -> None:
         distributed = FactCollector.of(self.ctx).facts.distributed
-        for node, statement, copied, model in self.loads:
+        for node, statement, direct, model in self.loads:
             path = _path_key(node.args[0].value) if node.args else None
             if path in self.saved_on_cpu and path not in self.saved_maybe_gpu:
                 continue  # saved in this file from CPU values
             if not distributed and (model == "<chained>" or model in self.used_as_model):
                 continue  # a whole pickled model: it is the model, no second copy
+            if model in self.used_as_data and model not in self.copied_into_modules:
+                continue  # a data set saved as tensors (`d["images"]`, `TensorDataset(...)`)
+            copied = direct or model in self.copied_into_modules
             message = self.RANKS if distributed else self.COPIED if copied else self.RESTORED
             self.report(node, message, statement, UnlessProjectOnCpu.here(self.ctx),
                         related=[(self.starts_ranks, "the program runs as several ranks "
@@ -195,17 +213,6 @@ class LoadWithoutMapLocation(Rule):
         parent = self.ctx.parent
         return isinstance(parent, cst.Attribute) and parent.attr.value in _MODEL_USES
 
-    def _into_load_state_dict(self, node: cst.Call) -> bool:
-        """`x.load_state_dict(torch.load(p))`, also through `[...]` or a name
-        assigned from the load."""
-        for ancestor in reversed(self.ctx.ancestors[:-1]):
-            if isinstance(ancestor, cst.Call):
-                func = ancestor.func
-                return isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict"
-            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
-                break
-        return isinstance(self.ctx.parent, cst.Assign) or \
-            isinstance(self.ctx.parent, cst.Subscript)
 
 
 _SAVERS = {"torch.save", "torch.serialization.save"}
@@ -221,6 +228,24 @@ _DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|schedul
 
 
 _BUILT_CLASS = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
+
+
+#: Keys under which a saved data set keeps its tensors.
+_DATA_KEYS = {"images", "labels", "data", "x", "y", "inputs", "targets", "features", "samples",
+              "train", "test", "valid", "val", "train_x", "train_y", "test_x", "test_y"}
+
+
+def _root_name(node: cst.BaseExpression) -> str | None:
+    """`ckpt` for `ckpt`, `ckpt["model"]`, `ckpt.model`, `ckpt["a"]["b"]`."""
+    while isinstance(node, (cst.Subscript, cst.Attribute)):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else None
+
+
+def _literal_key(node: cst.Subscript) -> str | None:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    return string_value(node.slice[0].slice.value)
 
 
 def _path_key(node: cst.BaseExpression) -> str | None:
