@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
+from memlint.analysis.autograd_values import names_in
 from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs
 from memlint.analysis.project import (FactCollector, UnlessNoImporterCopiesToCuda,
                                       UnlessProjectOnCpu)
@@ -24,6 +26,80 @@ _INDEX_RANGES = {"range", "numpy.arange", "torch.arange"}
 _TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
 
 
+@dataclass
+class _Flow:
+    """What a `for` over a loader does with its batches, or a function with its
+    parameters: the values followed are the loop's targets (the parameters)
+    and the names bound to parts of them."""
+
+    name: str  # the name iterated (`train_loader`), or the function's
+    names: set[str]
+    moved: bool = False  # one of them, or a part of one, is copied to a CUDA device
+    #: functions of this module given one, with the argument it is (position or keyword)
+    handed_to: list[tuple[str, int | str]] = field(default_factory=list)
+    unknown: bool = False  # one goes to code this module does not show
+
+
+#: Calls that take a batch without moving it anywhere.
+_HARMLESS_BUILTINS = {"print", "len", "str", "repr", "int", "float", "bool", "isinstance", "type",
+                      "enumerate", "zip", "range", "list", "tuple", "dict", "set", "sorted",
+                      "min", "max", "sum", "any", "all", "next", "iter", "hasattr", "getattr"}
+#: Wrappers whose iteration is the loader's (`enumerate(loader)`, `tqdm(loader)`).
+_LOOP_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "list", "tqdm.tqdm", "tqdm.auto.tqdm",
+                  "tqdm.notebook.tqdm", "trange"}
+#: Methods that give (a view of, or the same data as) part of a batch.
+_PART_METHODS = {"float", "double", "half", "long", "int", "bool", "view", "reshape", "permute",
+                 "squeeze", "unsqueeze", "transpose", "contiguous", "items", "values", "get",
+                 "type_as", "flatten", "t"}
+
+
+def _root_name(node: cst.BaseExpression) -> str | None:
+    """`batch` for `batch`, `batch[0]`, `batch.x`, `batch["image"][0]`."""
+    while isinstance(node, (cst.Subscript, cst.Attribute)):
+        node = node.value
+    return dotted_name(node)
+
+
+def _part_of(value: cst.BaseExpression) -> str | None:
+    """The name a value is a part of: `batch` for `batch[0]`, `batch.x.float()`,
+    `Variable(batch[0])`."""
+    while isinstance(value, cst.Call):
+        if isinstance(value.func, cst.Attribute) and value.func.attr.value in _PART_METHODS:
+            value = value.func.value
+        elif (dotted_name(value.func) or "").endswith("Variable") and value.args:
+            value = value.args[0].value
+        else:
+            break
+    if isinstance(value, (cst.Tuple, cst.List)):
+        roots = {_part_of(e.value) for e in value.elements}
+        return roots.pop() if len(roots) == 1 else None
+    return _root_name(value) if isinstance(value, (cst.Name, cst.Subscript, cst.Attribute)) \
+        else None
+
+
+def _local_callee(func: cst.BaseExpression) -> str | None:
+    """`helper` for `helper(x)` and `self.helper(x)`: a function this module may define."""
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+            and func.value.value in ("self", "cls"):
+        return func.attr.value
+    return None
+
+
+def _iterated_name(node: cst.BaseExpression) -> str | None:
+    """The name a loop iterates, through `enumerate`, `tqdm`, `zip`'s first argument."""
+    while isinstance(node, cst.Call) and node.args and \
+            (dotted_name(node.func) or "") in _LOOP_WRAPPERS:
+        node = node.args[0].value
+    return dotted_name(node)
+
+
+def _reads_one_batch(node: cst.Call) -> bool:
+    """`next(iter(loader))`, `next(loader_iter)`."""
+    return isinstance(node.func, cst.Name) and node.func.value == "next" and bool(node.args)
+
+
 class _Loader(NamedTuple):
     node: cst.Call
     statement: cst.CSTNode | None
@@ -31,6 +107,7 @@ class _Loader(NamedTuple):
     target: str | None  # the private name it is assigned to, if any
     dataset_class: str | None  # what builds its dataset (`FaceDataset(...)`)
     in_function: bool  # built in a function another module can call
+    assigned: str | None  # the name it is assigned to (`self.train_loader`)
 
 
 def _on_cuda(value: cst.BaseExpression, ctx) -> bool:
@@ -94,6 +171,14 @@ class DataLoaderWithoutPinMemory(Rule):
         'import torch\nfrom torch.utils.data import DataLoader, Dataset\n'
         'class OnGpu(Dataset):\n    def __init__(self, x):\n        self.x = x.to("cuda")\n'
         'loader = DataLoader(OnGpu(x), batch_size=64)\nfor xb in loader:\n    model(xb)',
+        # batches turned into strings and new tensors, never copied as loaded
+        'import torch\nfrom torch.utils.data import DataLoader\nmodel.cuda()\n'
+        'loader = DataLoader(names_ds, batch_size=32)\n'
+        'def encode(names):\n    return [ord(c) for name in names for c in name]\n'
+        'for names, labels in loader:\n    x = torch.LongTensor(encode(names)).cuda()',
+        # read once, at a notebook's top level, to look at one batch
+        'import torch\nfrom torch.utils.data import DataLoader\nmodel.cuda()\n'
+        'loader = DataLoader(ds, batch_size=8)\nimgs, labels = next(iter(loader))\nprint(imgs.shape)',
         # indices into tensors kept on the GPU
         'import torch\nfrom torch.utils.data import DataLoader\nX = X.cuda()\n'
         'for idx in DataLoader(range(len(X)), batch_size=64, shuffle=True):\n    model(X[idx])',
@@ -111,6 +196,10 @@ class DataLoaderWithoutPinMemory(Rule):
         'from torch.utils.data import DataLoader\n'
         'loader = DataLoader(ds, batch_size=64, pin_memory=False)\n'
         'for x, y in loader:\n    x = x.cuda()',
+        # parts of a batch, through a same-module helper
+        'from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=64)\n'
+        'def to_gpu(t):\n    return t.cuda(non_blocking=True)\n'
+        'for i, (x, y) in enumerate(loader):\n    for xs in zip(x, y):\n        to_gpu(xs)',
         'import torch.utils.data as Data\nloader = Data.DataLoader(ds, batch_size=32)\n'
         'for x, y in loader:\n    x = x.cuda(non_blocking=True)',
         'from torch.utils import data\ntrain = data.DataLoader(ds, batch_size=32)\n'
@@ -135,6 +224,14 @@ class DataLoaderWithoutPinMemory(Rule):
         self.unpinned: list[_Loader] = []
         #: Dataset classes of this module whose `__init__` puts the data on a GPU
         self.gpu_dataset_classes: set[str] = set()
+        #: every `for` over a name, and what its body does with the batches
+        self.batch_loops: list[_Flow] = []
+        #: what each function of the module does with its parameters (by name)
+        #: per function name, each definition's parameters in order, each with its flow
+        self.function_flows: dict[str, list[list[_Flow]]] = {}
+        self._open_flows: dict[cst.CSTNode, list[_Flow]] = {}
+        self.single_batch_reads: Counter[str] = Counter()  # `next(iter(loader))` at the top level
+        self.passed_names: set[str] = set()  # names handed to a call (`fit(model, loader)`)
         #: how often each identifier is read or written in the module, to tell a
         #: loader that is never used again
         self.identifiers: Counter[str] = Counter()
@@ -145,7 +242,53 @@ class DataLoaderWithoutPinMemory(Rule):
     def visit_Name(self, node: cst.Name) -> None:
         self.identifiers[node.value] += 1
 
+    def visit_For(self, node: cst.For) -> None:
+        iterated = _iterated_name(node.iter)
+        parts = {_part_of(arg.value) for arg in node.iter.args} \
+            if isinstance(node.iter, cst.Call) else {_part_of(node.iter)}
+        for flow in self._open_values():
+            if parts & flow.names:  # `for x_slice, y_slice in zip(x, y)`: parts of a batch
+                flow.names.update(names_in(node.target))
+        if iterated is not None:
+            loop = _Flow(iterated, set(names_in(node.target)))
+            self.batch_loops.append(loop)
+            self._open_flows[node] = [loop]
+
+    def leave_For(self, node: cst.For) -> None:
+        self._open_flows.pop(node, None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        params = [_Flow(p.name.value, {p.name.value})
+                  for p in (*node.params.posonly_params, *node.params.params,
+                            *node.params.kwonly_params) if p.name.value not in ("self", "cls")]
+        self.function_flows.setdefault(node.name.value, []).append(params)
+        self._open_flows[node] = params
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._open_flows.pop(node, None)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        """`[t.to(device) for t in batch]`: the element is a part of the batch."""
+        root = _root_name(node.iter)
+        for flow in self._open_values():
+            if root in flow.names:
+                flow.names.update(names_in(node.target))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        """`x, y = batch`, `x = batch["image"]`, `x = x.float()`: parts of a batch."""
+        root = _part_of(node.value)
+        for flow in self._open_values():
+            if root in flow.names:
+                for target in node.targets:
+                    flow.names.update(names_in(target.target))
+
     def visit_Call(self, node: cst.Call) -> None:
+        if self._open_flows:
+            self._follow_values(node)
+        if not (isinstance(node.func, cst.Name) and node.func.value in _HARMLESS_BUILTINS):
+            self.passed_names.update(filter(None, (dotted_name(a.value) for a in node.args)))
+        if _reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
+            self.single_batch_reads[_iterated_name(node.args[0].value)] += 1
         if self.ctx.qualify(node.func) in _DATALOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
@@ -161,6 +304,33 @@ class DataLoaderWithoutPinMemory(Rule):
             self.copies_to_cuda |= is_cuda_device(node.args[0].value, self.ctx) is True
         if self.copies_to_cuda and self.first_copy is None:
             self.first_copy = node
+
+    def _follow_values(self, node: cst.Call) -> None:
+        """In a loop over a loader (or a function, for its parameters): is a
+        batch, or a part of one, copied to a CUDA device, handed to a function
+        of this module, or to code this module does not show?"""
+        func = node.func
+        receiver = _part_of(func.value) if isinstance(func, cst.Attribute) else None
+        moved = moves_to_cuda(node, self.ctx)
+        callee = _local_callee(func)
+        harmless = isinstance(func, cst.Name) and func.value in _HARMLESS_BUILTINS
+        for flow in self._open_values():
+            if receiver in flow.names:
+                flow.moved |= moved
+                continue
+            if harmless:
+                continue
+            position = 0
+            for arg in node.args:
+                slot: int | str | None = arg.keyword.value if arg.keyword else position
+                if arg.keyword is None and not arg.star:
+                    position += 1
+                if _part_of(arg.value) not in flow.names:
+                    continue
+                if callee is None or arg.star:
+                    flow.unknown = True
+                else:
+                    flow.handed_to.append((callee, slot))
 
     def _note_dataset_on_gpu(self) -> None:
         function, class_def = self.ctx.function, self.ctx.class_def
@@ -185,8 +355,11 @@ class DataLoaderWithoutPinMemory(Rule):
             return  # True, or decided at run time (a variable, `device.type == "cuda"`)
         dataset_class = dotted_name(dataset_value.func) \
             if isinstance(dataset_value, cst.Call) else None
+        parent = self.ctx.parent
+        assigned = dotted_name(parent.targets[0].target) \
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
-                                     dataset_class, self.ctx.function is not None))
+                                     dataset_class, self.ctx.function is not None, assigned))
 
     def _no_host_tensors(self, dataset: cst.BaseExpression) -> bool:
         """A dataset whose items are not host tensors to pin: indices
@@ -203,11 +376,13 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def _collate_moves_to_device(self, node: cst.Call) -> bool:
         """`collate_fn=partial(collate, device=device)`: the collate function is
-        given the training device, so the batches it returns are already there."""
+        given the training device, so the batches it returns are already there
+        (also when either branch of an `if` binds it so)."""
         collate = call_arg(node, "collate_fn", position=_COLLATE_POSITION)
         value = self.ctx.resolve(collate.value) if collate is not None else None
-        return (isinstance(value, cst.Call) and self.ctx.qualify(value.func) in _PARTIAL
-                and call_arg(value, "device") is not None)
+        choices = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        return all(isinstance(c, cst.Call) and self.ctx.qualify(c.func) in _PARTIAL
+                   and call_arg(c, "device") is not None for c in choices)
 
     def _private_target(self) -> str | None:
         """The name a loader is assigned to where no other file can read it:
@@ -224,11 +399,50 @@ class DataLoaderWithoutPinMemory(Rule):
                                      or self.ctx.path.endswith(".ipynb"))
         return name if local else None
 
+    def _where_batches_go(self, loader: str | None) -> str:
+        """"gpu" when a loop over the loader copies a batch to a CUDA device,
+        "stay" when every loop over it keeps its batches on the host (turned
+        into numpy, strings, new tensors) or it is only read once, else
+        "unknown" (not iterated here, or its batches go to other code)."""
+        if loader is None:
+            return "unknown"
+        verdicts = {self._flow_verdict(loop) for loop in self.batch_loops if loop.name == loader}
+        if loader in self.passed_names:
+            verdicts.add("unknown")  # handed to code that may iterate it elsewhere
+        if verdicts:
+            return "gpu" if "gpu" in verdicts else "unknown" if "unknown" in verdicts else "stay"
+        reads = self.single_batch_reads.get(loader, 0)
+        # read once at the top level, and named nowhere else but where it is built
+        return "stay" if reads and self.identifiers[loader.rsplit(".", 1)[-1]] <= reads + 1 \
+            else "unknown"
+
+    def _open_values(self) -> list[_Flow]:
+        return [flow for flows in self._open_flows.values() for flow in flows]
+
+    def _flow_verdict(self, flow: _Flow, depth: int = 0) -> str:
+        """"gpu", "stay" or "unknown" for what a loop or function does with its
+        values, following the functions of this module it hands them to."""
+        if flow.moved:
+            return "gpu"
+        verdicts = {"unknown"} if flow.unknown or depth > 3 else set()
+        for callee, slot in flow.handed_to:
+            definitions = self.function_flows.get(callee)
+            if not definitions:
+                verdicts.add("unknown")
+            for params in definitions or ():
+                param = next((f for f in params if f.name == slot), None) \
+                    if isinstance(slot, str) else params[slot] if slot < len(params) else None
+                verdicts.add("unknown" if param is None else self._flow_verdict(param, depth + 1))
+        return "gpu" if "gpu" in verdicts else "unknown" if "unknown" in verdicts else "stay"
+
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
-        for node, statement, written, target, dataset_class, in_function in self.unpinned:
+        for node, statement, written, target, dataset_class, in_function, assigned in self.unpinned:
             if target is not None and self.identifiers[target] <= 1:
                 continue  # built and never used: no batch of it is ever copied
+            batches = self._where_batches_go(assigned)
+            if batches == "stay":
+                continue  # its loops copy no batch to the GPU, or it is read once
             if dataset_class in self.gpu_dataset_classes:
                 continue  # the Dataset put its data on the GPU: MEM001's finding
             if not self.copies_to_cuda:

@@ -91,6 +91,9 @@ class LoadWithoutMapLocation(Rule):
         'import torch.serialization\nstate = torch.serialization.load(path)\nnet.cuda()',
         'import torch\nnet.cuda()\n'
         'net.load_state_dict(torch.load(os.path.join(d, "best.pth"))["model"])',
+        # a load returned as it is, in a file that also builds a loader from a call
+        'import torch\nnet.cuda()\nloader = DataLoader(Frames(), batch_size=4)\n'
+        'def resume():\n    return torch.load("ckpt.pt")',
         # saved from the GPU model in the same file
         'import torch\nmodel.cuda()\ntorch.save(model.state_dict(), "best.pt")\n'
         'model.load_state_dict(torch.load("best.pt"))',
@@ -168,9 +171,10 @@ class LoadWithoutMapLocation(Rule):
                 continue  # saved in this file from CPU values
             if not distributed and (model == "<chained>" or model in self.used_as_model):
                 continue  # a whole pickled model: it is the model, no second copy
-            if model in self.used_as_data and model not in self.copied_into_modules:
+            if model is not None and model in self.used_as_data \
+                    and model not in self.copied_into_modules:
                 continue  # a data set saved as tensors (`d["images"]`, `TensorDataset(...)`)
-            copied = direct or model in self.copied_into_modules
+            copied = direct or (model is not None and model in self.copied_into_modules)
             message = self.RANKS if distributed else self.COPIED if copied else self.RESTORED
             self.report(node, message, statement, UnlessProjectOnCpu.here(self.ctx),
                         related=[(self.starts_ranks, "the program runs as several ranks "
