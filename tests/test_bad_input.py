@@ -17,7 +17,7 @@ from memlint import check_source
 from memlint.cli.main import main
 from memlint.rules import RULES_BY_CODE
 
-FLAGGED = "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt')\n"
+FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -49,16 +49,16 @@ def test_crlf_line_ends_keep_lines_and_columns():
 
 
 def test_tabs_count_as_one_column():
-    assert positions("import torch  # trains on cuda\nif resume:\n\tstate = torch.load(p)\n") == [(3, 10, "MEM007")]
+    assert positions("import torch.cuda\nif resume:\n\tstate = torch.load(p)\n") == [(3, 10, "MEM007")]
 
 
 def test_a_form_feed_is_not_a_line_break_for_positions_or_noqa():
-    source = "import torch  # trains on cuda\n\x0c\nx = torch.load(p)  # noqa: MEM007\ny = torch.load(p)\n"
+    source = "import torch.cuda\n\x0c\nx = torch.load(p)  # noqa: MEM007\ny = torch.load(p)\n"
     assert positions(source) == [(4, 5, "MEM007")]
 
 
 def test_python_2_syntax_is_mem000_at_the_offending_line_with_pythons_reason():
-    finding = only_finding("import torch  # trains on cuda\nprint 'loading'\nstate = torch.load(p)\n")
+    finding = only_finding("import torch.cuda\nprint 'loading'\nstate = torch.load(p)\n")
     assert (finding.line, finding.code) == (2, "MEM000")
     assert "Missing parentheses in call to 'print'" in finding.message
 
@@ -68,7 +68,7 @@ def test_a_syntax_error_from_libcst_alone_keeps_its_real_position(monkeypatch):
     import types
 
     monkeypatch.setattr("memlint.engine.source.ast", types.SimpleNamespace(parse=lambda source: None))
-    finding = only_finding("import torch  # trains on cuda\nx = = torch.load(p)\n")
+    finding = only_finding("import torch.cuda\nx = = torch.load(p)\n")
     # libcst's raw_column is always 0 for its native parser; the message has the column
     assert finding.message.startswith("cannot parse the file: error at 2:6: expected one of")
     assert (finding.line, finding.column, finding.code) == (2, 7, "MEM000")
@@ -80,7 +80,7 @@ def test_a_binary_file_named_py_is_mem000():
 
 
 def test_a_file_in_another_encoding_without_a_cookie_is_mem000_at_the_byte():
-    finding = only_finding(b"import torch  # trains on cuda\nname = 'caf\xe9'\nx = torch.load(p)\n")
+    finding = only_finding(b"import torch.cuda\nname = 'caf\xe9'\nx = torch.load(p)\n")
     assert (finding.line, finding.column, finding.code) == (2, 12, "MEM000")
     assert "byte 0xe9" in finding.message and "coding" in finding.message
 
@@ -103,7 +103,7 @@ def test_expressions_nested_deeper_than_python_allows_are_mem000_not_a_crash(exp
     program = ("import sys\nfrom memlint import check_source\n"
                "source = sys.stdin.read()\n"
                "print([(f.code, f.message) for f in check_source(source, 'deep.py')])\n")
-    source = f"import torch  # trains on cuda\nx = {expression}\nstate = torch.load(p)\n"
+    source = f"import torch.cuda\nx = {expression}\nstate = torch.load(p)\n"
     started = time.monotonic()
     child = subprocess.run([sys.executable, "-c", program], input=source, capture_output=True,
                            text=True, timeout=120, check=False)

@@ -25,9 +25,9 @@ from memlint.rules import NAMES_BY_CODE, RULES_BY_CODE
 from memlint.rules import ALL_CODES
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-FLAGGED = "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt')\n"
-CLEAN = "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
-SYNTAX_ERROR = "import torch  # trains on cuda\nstate = torch.load('ckpt.pt'\n"
+FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
+CLEAN = "import torch.cuda\n\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
+SYNTAX_ERROR = "import torch.cuda\nstate = torch.load('ckpt.pt'\n"
 
 
 def run(*args: str, cwd: Path | None = None, stdin: str | None = None):
@@ -206,7 +206,7 @@ def test_force_exclude_skips_an_excluded_stdin_filename(project, monkeypatch, ca
 def test_check_never_imports_or_runs_the_checked_code(project, capsys):
     marker = project / "imported.marker"
     write(project / "evil.py",
-          f"import torch  # trains on cuda\nopen({str(marker)!r}, 'w').write('ran')\nx = torch.load('c')\n")
+          f"import torch.cuda\nopen({str(marker)!r}, 'w').write('ran')\nx = torch.load('c')\n")
     write(project / "__init__.py", f"open({str(marker)!r}, 'w').write('ran')\n")
     assert check(capsys, ".")[0] == 1
     assert run("check", "evil.py", cwd=project).returncode == 1

@@ -13,7 +13,7 @@ from tests.cli_helpers import check, write
 from memlint.cli.config import ConfigError, find_pyproject, load_settings, settings_from_table
 from memlint.rules import RULES_BY_CODE
 
-FLAGGED = "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt')\n"
+FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
 
 
 @pytest.fixture

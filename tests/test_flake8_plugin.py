@@ -98,7 +98,7 @@ def test_disable_noqa_shows_what_noqa_hides(tmp_path):
     (("--per-file-ignores=other.py:MEM007",), True),
 ])
 def test_flake8_selection_options_choose_memlint_codes(tmp_path, args, reported):
-    (tmp_path / "loads.py").write_text("import torch  # trains on cuda\nstate = torch.load(path)\n")
+    (tmp_path / "loads.py").write_text("import torch.cuda\nstate = torch.load(path)\n")
     found = positions(flake8(*args, "loads.py", cwd=str(tmp_path)))
     assert found == ([("loads.py", 2, 9, "MEM007")] if reported else [])
 
@@ -110,7 +110,7 @@ def test_plugin_is_registered_under_its_name_and_version():
 
 
 def test_checker_uses_the_lines_it_is_given_not_the_file():
-    checker = MemlintChecker(None, ["import torch  # trains on cuda\n", "x = torch.load(p)\n"], "not/on/disk.py")
+    checker = MemlintChecker(None, ["import torch.cuda\n", "x = torch.load(p)\n"], "not/on/disk.py")
     results = list(checker.run())
     assert [(row, column, text.split()[0]) for row, column, text, _ in results] == [
         (2, 4, "MEM007")]  # 0-based: flake8 prints column 5, as memlint does
@@ -154,7 +154,7 @@ def test_a_memlint_crash_is_one_finding_per_file_and_flake8_goes_on(tmp_path, mo
         raise RuleCrash("ZeroDivisionError: division by zero")
 
     monkeypatch.setattr(plugin, "check_source", crash)
-    (tmp_path / "train.py").write_text("import torch  # trains on cuda\nx=1\n")
+    (tmp_path / "train.py").write_text("import torch.cuda\nx=1\n")
     flake8_main(["--isolated", "-j", "1", "--select=MEM,E", f"--format={FORMAT}",
                  str(tmp_path / "train.py")])
     lines = capsys.readouterr().out.splitlines()
@@ -170,7 +170,7 @@ def test_tool_memlint_code_choices_apply_in_flake8_as_in_check(tmp_path):
         ignore = ["MEM005"]
         per-file-ignores = {"scripts/*" = ["MEM007"]}
     """))
-    source = "import torch  # trains on cuda\nfrom torch.utils.data import DataLoader\n\n" \
+    source = "import torch.cuda\nfrom torch.utils.data import DataLoader\n\n" \
              "loader = DataLoader(data, batch_size=8)\nstate = torch.load(path)\n"
     for name in ("train.py", "scripts/convert.py"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
@@ -189,7 +189,7 @@ def test_tool_memlint_code_choices_apply_in_flake8_as_in_check(tmp_path):
 
 def test_a_bad_tool_memlint_is_one_finding_naming_the_key(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.memlint]\nignroe = ["MEM005"]\n')
-    (tmp_path / "train.py").write_text("import torch  # trains on cuda\nstate = torch.load(path)\n")
+    (tmp_path / "train.py").write_text("import torch.cuda\nstate = torch.load(path)\n")
     shown = flake8("--select=MEM", "train.py", cwd=str(tmp_path))
     assert positions(shown) == [("train.py", 1, 1, "MEM000")]
     assert "configuration error" in shown[0] and "'ignroe'" in shown[0]
@@ -201,7 +201,7 @@ def test_an_edited_tool_memlint_applies_on_the_next_flake8_run_in_the_same_proce
     from flake8.main.cli import main as flake8_main
 
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text("import torch  # trains on cuda\nstate = torch.load(path)\n")
+    (tmp_path / "train.py").write_text("import torch.cuda\nstate = torch.load(path)\n")
     pyproject = tmp_path / "pyproject.toml"
     shown = []
     for ignore in ([], ["MEM007"]):

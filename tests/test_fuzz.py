@@ -37,7 +37,7 @@ from tests.expectations import fixture_files
 SCALE = int(os.environ.get("MEMLINT_FUZZ_SCALE", "1"))
 FIXTURE_BYTES = [p.read_bytes() for p in fixture_files(".py")]
 NOTEBOOK_BYTES = [p.read_bytes() for p in fixture_files(".ipynb")]
-GOOD = {"good_a.py": "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt')\n",
+GOOD = {"good_a.py": "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n",
         "good_b.py": "import torch\nfor x in loader:\n    losses.append(model(x.cuda()))\n"}
 SUPERVISED = Settings(file_timeout_s=10)
 FUZZ = settings(deadline=None, derandomize=True, database=None,

@@ -20,7 +20,7 @@ import pytest
 from memlint.engine.isolation import Budget, Failure, run_supervised
 from memlint.engine.paths import useful_jobs
 
-FLAGGED = "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt')\n"
+FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
 GOOD_FINDING = "good.py:3:9: MEM007"
 JOBS = pytest.mark.parametrize("jobs", ["1", "2"])
 

@@ -169,7 +169,7 @@ def test_a_malformed_notebook_is_one_mem000_finding(data, problem):
 
 
 def test_directories_include_notebooks_but_not_checkpoint_copies(tmp_path):
-    source = notebook_text("import torch  # trains on cuda\nstate = torch.load(p)\n")
+    source = notebook_text("import torch.cuda\nstate = torch.load(p)\n")
     (tmp_path / "train.ipynb").write_text(source)
     (tmp_path / ".ipynb_checkpoints").mkdir()
     (tmp_path / ".ipynb_checkpoints" / "train-checkpoint.ipynb").write_text(source)
@@ -207,7 +207,7 @@ def test_a_notebook_large_with_outputs_is_still_checked(tmp_path):
     """A notebook's file is mostly outputs: 3 MB of inline plot passes the
     2 MB default, which bounds the code of .py files."""
     cell = {"cell_type": "code", "metadata": {}, "execution_count": 1,
-            "source": ["import torch  # trains on cuda\n", "state = torch.load(p)\n"],
+            "source": ["import torch.cuda\n", "state = torch.load(p)\n"],
             "outputs": [{"output_type": "display_data", "metadata": {},
                          "data": {"image/png": "A" * 3 * 2**20}}]}
     path = tmp_path / "plots.ipynb"

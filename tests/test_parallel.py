@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-FLAGGED = "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt')\n"
-CLEAN = "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
+FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
+CLEAN = "import torch.cuda\n\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def tree(tmp_path_factory) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         body = FLAGGED * (1 + i % 3) if i % 4 else CLEAN
         if i % 11 == 0:
-            body = "import torch  # trains on cuda\nstate = torch.load(\n"  # MEM000 as well
+            body = "import torch.cuda\nstate = torch.load(\n"  # MEM000 as well
         (folder / f"m{(i * 37) % 60:02d}.py").write_text(body)
     return root
 

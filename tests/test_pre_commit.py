@@ -20,7 +20,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
 
-FLAGGED = "import torch  # trains on cuda\n\nstate = torch.load('ckpt.pt')\n"
+FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
 CLEAN = "import torch\n\nstate = torch.load('ckpt.pt', map_location='cpu')\n"
 
 
@@ -87,7 +87,7 @@ def test_a_clean_file_passes(repo):
 
 def test_a_flagged_notebook_is_checked_too(repo):
     notebook = ('{"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], '
-                '"execution_count": null, "source": ["import torch  # trains on cuda\\n", '
+                '"execution_count": null, "source": ["import torch.cuda\\n", '
                 '"state = torch.load(p)\\n"]}], "metadata": {}, "nbformat": 4, '
                 '"nbformat_minor": 5}\n')
     result = commit(repo, {"explore.ipynb": notebook})

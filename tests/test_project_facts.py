@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memlint import check_paths, check_source
 
 EVALUATE = ("import torch\n"
@@ -121,3 +123,20 @@ def test_the_copy_message_needs_the_load_to_reach_load_state_dict():
     kept = check_source("import torch\nnet.cuda()\nfeatures = torch.load(p)\nuse(features)\n")
     assert "second copy of the checkpoint" in into[0].message
     assert "restores every tensor" in kept[0].message
+
+
+PLAY = ("import argparse, torch\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--cuda', {flag})\nargs = p.parse_args()\n"
+        "device = torch.device('cuda' if args.cuda else 'cpu')\n"
+        "net = Net().to(device)\nnet.load_state_dict(torch.load(args.model))\n")
+
+
+@pytest.mark.parametrize("flag, reported", [
+    ("action='store_true'", False),                 # CUDA only when asked: CPU by default
+    ("default=False, action='store_true'", False),
+    ("action='store_false'", True),                 # on unless turned off
+    ("action='store_true', default=True", True),
+])
+def test_cuda_behind_an_option_that_is_off_by_default_is_cpu_code(tmp_path, flag, reported):
+    (tmp_path / "play.py").write_text(PLAY.format(flag=flag))
+    assert [code for _, _, code in codes(tmp_path)] == (["MEM007"] if reported else [])

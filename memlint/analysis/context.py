@@ -152,11 +152,15 @@ class Context:
         name = dotted_name(node)
         if name is None:
             return None
-        head = name.split(".", 1)[0]
-        for scope in self.scopes[1:]:
-            if head in scope.bindings or head in scope.loop_targets:
+        qualified = self.names.qualify_name(name)
+        if qualified is None:  # most names: nothing to look for in the scopes
+            return None
+        head = name.partition(".")[0]
+        scopes = self.scopes
+        for i in range(1, len(scopes)):
+            if head in scopes[i].bindings or head in scopes[i].loop_targets:
                 return None
-        return self.names.qualify(node)
+        return qualified
 
     def loop_target(self, name: str) -> cst.CSTNode | None:
         """The For loop that binds `name` as its target, if any encloses us."""
@@ -407,3 +411,9 @@ _LEAVE = {
     cst.AnnAssign: Context._leave_ann_assign,
     cst.Expr: Context._leave_expression_statement,
 }
+
+
+def context_handlers(node_type: type) -> tuple:
+    """The context's own (enter, leave) bookkeeping for a node type, each None
+    when it has none: the walker calls them directly, once per node."""
+    return _ENTER.get(node_type), _LEAVE.get(node_type)

@@ -64,6 +64,9 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
     if isinstance(node, cst.Integer):
         return True  # `.to(0)`, `.cuda(1)`: a CUDA ordinal
     if isinstance(node, cst.IfExp):
+        if _tests_opt_in_option(node.test, ctx):
+            # `"cuda" if args.cuda else "cpu"` with `--cuda` off unless given: the CPU
+            return is_cuda_device(node.orelse, ctx, depth + 1)
         branches = (is_cuda_device(node.body, ctx, depth + 1),
                     is_cuda_device(node.orelse, ctx, depth + 1))
         if True in branches:
@@ -98,6 +101,17 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
         # in a program written only for TPUs the conventional name holds the XLA device
         return None if ctx.names.imports("torch_xla") and not _file_mentions_cuda(ctx) else True
     return None
+
+
+def _tests_opt_in_option(test: cst.BaseExpression, ctx: Context) -> bool:
+    """`args.cuda` (or `args.cuda and torch.cuda.is_available()`) where this
+    file declares `--cuda` as an option that is off unless given."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _tests_opt_in_option(test.left, ctx) or _tests_opt_in_option(test.right, ctx)
+    collector = FactCollector.of(ctx)
+    name = dotted_name(test) or ""
+    return collector is not None and "." in name \
+        and name.rsplit(".", 1)[-1] in collector.facts.cuda_opt_in
 
 
 def _file_mentions_cuda(ctx: Context) -> bool:

@@ -61,8 +61,9 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
                                  f"cannot decode the file{error.reason}")], None
     if skips_file(source):
         return [], None
+    lowered = source.lower()
     facts = ModuleFacts(path, module_name(path) if module is None else module,
-                        mentions_cuda(source), runs_distributed(source),
+                        mentions_cuda(source, lowered), runs_distributed(source, lowered),
                         imported_modules(source), ".cuda(" in source or ".to(" in source)
     rule_types = [r for r in ALL_RULES
                   if r.code in selected and any(k in source for k in r.keywords)]
