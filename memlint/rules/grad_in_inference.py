@@ -62,6 +62,8 @@ class _Unit:
     forward: tuple[cst.Call, cst.CSTNode | None, str] | None = None  # first unguarded forward
     volatile: tuple[cst.Call, cst.CSTNode | None] | None = None  # first Variable(volatile=True)
     volatile_after_eval: bool = False  # ... after a `.eval()`: the inference part of a training loop
+    volatile_names: set[str] = field(default_factory=set)  # names bound to a volatile Variable
+    volatile_fed: bool = False  # one is fed to a model (a DQN's target forward in a training step)
     wants_grad: bool = False
 
 
@@ -182,6 +184,11 @@ class GradInInference(Rule):
         "    backbone = torchvision.models.resnet18().to('cuda')\n    backbone.eval()\n"
         "    return backbone(x)",
         "import torch\ndef eval_epoch(encoder, x):\n    return encoder.forward(x.cuda())",
+        # volatile target values fed to the model in a training step (DQN):
+        # the forward is recorded and gradients leak into the target
+        "import torch\nfrom torch.autograd import Variable\ndef optimize_model(model, s, opt):\n"
+        "    nxt = Variable(s.cuda(), volatile=True)\n    target = model(nxt).max(1)[0]\n"
+        "    loss = (model(s.cuda()) - target).pow(2).mean()\n    loss.backward()",
         # a GAN's generator by its capital letter
         "import torch\ndef get_sample_image(G, n_noise):\n    z = torch.randn(100, n_noise).cuda()\n"
         "    return G(z).cpu().numpy()",
@@ -237,6 +244,12 @@ class GradInInference(Rule):
                 if self.unit.volatile is None or (after_eval and not self.unit.volatile_after_eval):
                     self.unit.volatile = (node, self.statement())
                     self.unit.volatile_after_eval = after_eval
+                parent = self.ctx.parent
+                if isinstance(parent, cst.Assign):
+                    self.unit.volatile_names.update(
+                        n for t in parent.targets for n in [dotted_name(t.target)] if n)
+                if self._feeds_a_model():
+                    self.unit.volatile_fed = True
             return
         if method in ("eval", "train") and isinstance(func, cst.Attribute):
             name = dotted_name(func.value)
@@ -249,6 +262,10 @@ class GradInInference(Rule):
             name = dotted_name(func.value)
             if name:
                 self.unit.on_gpu[name] = moves_to_cuda(node, self.ctx)
+        if self.unit.volatile_names and not self.unit.volatile_fed and any(
+                dotted_name(a.value) in self.unit.volatile_names for a in node.args) \
+                and self._called_module(node) is not None:
+            self.unit.volatile_fed = True
         if self.unit.forward is not None or self.index.grad_disabled:
             return
         module = self._called_module(node)
@@ -262,6 +279,16 @@ class GradInInference(Rule):
                 # that trains, then predicts)
                 self.unit.wants_grad = False
                 self.pending.append(self.unit)
+
+    def _feeds_a_model(self) -> bool:
+        """The volatile Variable being built is an argument of a model's call
+        (`model(Variable(s, volatile=True).type(FloatTensor))`)."""
+        for ancestor in reversed(self.ctx.ancestors[:-1]):
+            if isinstance(ancestor, cst.Call) and self._called_module(ancestor) is not None:
+                return True
+            if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+                return False
+        return False
 
     def _report_volatile(self, unit: _Unit) -> None:
         """One finding per function, where its first `volatile=True` is; a
@@ -413,7 +440,8 @@ class GradInInference(Rule):
 
         top = self.units[0]
         for unit in (*self.volatile_units, *([top] if top.volatile is not None else [])):
-            if id(unit) not in reported and (not unit.wants_grad or unit.volatile_after_eval):
+            if id(unit) not in reported and (not unit.wants_grad or unit.volatile_after_eval
+                                             or unit.volatile_fed):
                 self._report_volatile(unit)
 
     def _left_alone(self, unit: _Unit) -> bool:
