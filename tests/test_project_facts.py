@@ -140,3 +140,20 @@ PLAY = ("import argparse, torch\np = argparse.ArgumentParser()\n"
 def test_cuda_behind_an_option_that_is_off_by_default_is_cpu_code(tmp_path, flag, reported):
     (tmp_path / "play.py").write_text(PLAY.format(flag=flag))
     assert [code for _, _, code in codes(tmp_path)] == (["MEM007"] if reported else [])
+
+
+POLICY = ("import torch\nclass Policy:\n    def __init__(self, actor):\n        self.actor = actor.cuda()\n"
+          "    def evaluate_actions(self, obs, actions):\n"
+          "        return self.actor(obs).log_prob(actions)\n")
+
+
+def test_an_inference_named_method_that_other_files_call_to_train_is_a_training_forward(tmp_path):
+    (tmp_path / "policy.py").write_text(POLICY)
+    (tmp_path / "trainer.py").write_text(
+        "class Trainer:\n    def update(self, obs, actions, adv):\n"
+        "        logp = self.policy.evaluate_actions(obs, actions)\n"
+        "        (-(logp * adv).mean()).backward()\n")
+    assert codes(tmp_path) == []
+    (tmp_path / "runner.py").write_text(
+        "def log_probs(policy, obs, actions):\n    return policy.evaluate_actions(obs, actions)\n")
+    assert codes(tmp_path) == [("policy.py", 6, "MEM004")]

@@ -64,6 +64,10 @@ class ModuleFacts:
     imports: tuple[str, ...] = ()
     #: its text moves tensors to a device (`.cuda(`, `.to(`)
     copies_to_device: bool = False
+    #: method names this file calls (`self.policy.evaluate_actions(...)`), each
+    #: with whether every such call sits in a function that back-propagates or
+    #: runs with grad disabled
+    method_calls: dict[str, bool] = field(default_factory=dict)
     #: the command-line options that turn CUDA on and are off by default
     #: (`add_argument("--cuda", action="store_true")`): its CUDA code is opt-in
     cuda_opt_in: set[str] = field(default_factory=set)
@@ -184,12 +188,27 @@ class FactCollector:
     def __init__(self, ctx: Context, facts: ModuleFacts) -> None:
         self.ctx = ctx
         self.facts = facts
+        #: per function being walked: the method names it calls (with grad off
+        #: there or not), and whether it back-propagates
+        self._functions: list[tuple[list[tuple[str, bool]], list[bool]]] = []
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._functions.append(([], [False]))
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        methods, trains = self._functions.pop()
+        calls = self.facts.method_calls
+        for method, grad_off in methods:
+            if method != node.name.value:  # `def evaluate_actions(): return self.actor.evaluate_actions()`
+                calls[method] = calls.get(method, True) and (trains[0] or grad_off)
 
     @classmethod
     def of(cls, ctx: Context) -> FactCollector | None:
         return ctx.analyses.get(cls)  # type: ignore[return-value]
 
     def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute):
+            self._note_method_call(node.func.attr.value)
         written = dotted_name(node.func)
         if written is None:
             return
@@ -199,6 +218,14 @@ class FactCollector:
         if callee.startswith(("self.", "cls.", "torch.")):
             return
         self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written))
+
+    def _note_method_call(self, method: str) -> None:
+        if not self._functions:
+            self.facts.method_calls[method] = self.ctx.grad_disabled
+        elif method in ("backward", "grad"):
+            self._functions[-1][1][0] = True
+        else:
+            self._functions[-1][0].append((method, self.ctx.grad_disabled))
 
 
     def _note_cuda_option(self, node: cst.Call) -> None:
@@ -296,6 +323,22 @@ class UnlessCallersDisableGrad(Condition):
                 found.append(Related(facts.path, *position,
                                      f"'{self.function}' is called here with autograd on"))
         return found
+
+
+@dataclass(frozen=True)
+class UnlessCalledToTrain(Condition):
+    """An inference-named method with no caller in its own file
+    (`evaluate_actions` of a PPO policy): dropped when other files call a
+    method of that name only from functions that back-propagate (which makes
+    it a training step's forward) or with grad disabled."""
+
+    module: str
+    method: str
+
+    def drops(self, project: Project) -> bool:
+        verdicts = [f.method_calls[self.method] for f in project.modules
+                    if f.module != self.module and self.method in f.method_calls]
+        return bool(verdicts) and all(verdicts)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import libcst as cst
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, constructed_kind, is_loss_name
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.project import (Either, FactCollector, UnlessCallersDisableGrad,
-                                      UnlessProjectOnCpu)
+from memlint.analysis.project import (Either, FactCollector, UnlessCalledToTrain,
+                                      UnlessCallersDisableGrad, UnlessProjectOnCpu)
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.rules.base import Rule
 
@@ -422,6 +422,10 @@ class GradInInference(Rule):
             if info is not None and info.class_name is None and not self.index.call_sites(info):
                 # called from other files only, perhaps all under no_grad
                 unless = Either((unless, UnlessCallersDisableGrad(
+                    FactCollector.of(self.ctx).facts.module, info.name)))
+            elif info is not None and not self.index.call_sites(info):
+                # a method called from other files, perhaps only by training steps
+                unless = Either((unless, UnlessCalledToTrain(
                     FactCollector.of(self.ctx).facts.module, info.name)))
             if unit.node is None:
                 where = f"after {module}.eval()"
