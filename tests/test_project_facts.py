@@ -157,3 +157,18 @@ def test_an_inference_named_method_that_other_files_call_to_train_is_a_training_
     (tmp_path / "runner.py").write_text(
         "def log_probs(policy, obs, actions):\n    return policy.evaluate_actions(obs, actions)\n")
     assert codes(tmp_path) == [("policy.py", 6, "MEM004")]
+
+
+def test_batches_handed_to_a_helper_of_another_module_are_judged_by_what_it_does(tmp_path):
+    (tmp_path / "val.py").write_text(
+        "import torch\nimport numpy as np\n"
+        "def score_volume(image, net):\n    image = image.squeeze(0).cpu().numpy()\n"
+        "    x = torch.from_numpy(image[0]).float().cuda()\n    return net(x)\n"
+        "def to_gpu(image):\n    return image.cuda()\n")
+    train = ("import torch\nfrom torch.utils.data import DataLoader\nfrom val import {helper}\n"
+             "def main(ds, net):\n    net.cuda()\n    loader = DataLoader(ds, batch_size=1)\n"
+             "    for batch in loader:\n        {helper}(batch['image'], net)\n")
+    (tmp_path / "train.py").write_text(train.format(helper="score_volume"))
+    assert codes(tmp_path) == []  # the batch becomes numpy, a new tensor goes to the GPU
+    (tmp_path / "train.py").write_text(train.format(helper="to_gpu"))
+    assert codes(tmp_path) == [("train.py", 6, "MEM005")]

@@ -89,7 +89,9 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
     name = dotted_name(node)
     if name is None:
         return None
-    if name.endswith(".device") and name not in CONVENTIONAL_DEVICE_NAMES:
+    if name.endswith(".device") and name not in CONVENTIONAL_DEVICE_NAMES \
+            and ".".join(name.split(".")[-2:]) not in CONVENTIONAL_DEVICE_NAMES:
+        # (`self.config.device` is the configured device, like `config.device`)
         return None  # `x.to(other.device)` follows another tensor
     qualified = ctx.qualify(node)
     if qualified is not None and qualified.startswith("torch."):

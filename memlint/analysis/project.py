@@ -64,6 +64,10 @@ class ModuleFacts:
     imports: tuple[str, ...] = ()
     #: its text moves tensors to a device (`.cuda(`, `.to(`)
     copies_to_device: bool = False
+    #: per function defined once here, per positional parameter: whether what
+    #: it is given reaches a CUDA device as it is ("gpu"), stays on the host
+    #: ("stay"), or cannot be told ("unknown") (see `analysis/flows.py`)
+    parameter_flows: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: method names this file calls (`self.policy.evaluate_actions(...)`), each
     #: with whether every such call sits in a function that back-propagates or
     #: runs with grad disabled
@@ -326,6 +330,20 @@ class UnlessCallersDisableGrad(Condition):
 
 
 @dataclass(frozen=True)
+class UnlessHelpersKeepBatchesOnHost(Condition):
+    """A loader whose batches go only to functions of other modules
+    (`test_single_volume(batch["image"], ...)`): dropped when every one of them
+    is the project's and keeps what it is given on the host (turns it into
+    numpy, builds new tensors)."""
+
+    #: each function as imported (`val_2D.test_single_volume`) and the argument (position or keyword)
+    helpers: tuple[tuple[str, int | str], ...]
+
+    def drops(self, project: Project) -> bool:
+        return all(project.parameter_flow(callee, slot) == "stay" for callee, slot in self.helpers)
+
+
+@dataclass(frozen=True)
 class UnlessCalledToTrain(Condition):
     """An inference-named method with no caller in its own file
     (`evaluate_actions` of a PPO policy): dropped when other files call a
@@ -397,6 +415,17 @@ class Project:
         if self._component_cuda is None:
             self._component_cuda = self._solve_components()
         return self._component_cuda.get(module, True)
+
+    def parameter_flow(self, callee: str, slot: int | str) -> str:
+        """What the project's function `callee` (as imported: `pkg.utils.f`)
+        does with its argument at `slot`: "gpu", "stay" or "unknown"."""
+        owner, _, name = callee.rpartition(".")
+        if not owner or not isinstance(slot, int):
+            return "unknown"
+        verdicts = {facts.parameter_flows[name][slot] for facts in self.modules
+                    if name in facts.parameter_flows and slot < len(facts.parameter_flows[name])
+                    and _same_module(owner.lstrip(".").split("."), facts.module.split("."))}
+        return verdicts.pop() if len(verdicts) == 1 else "unknown"
 
     def importers_of(self, module: str) -> list[ModuleFacts]:
         """The checked modules whose imports name `module`."""

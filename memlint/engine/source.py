@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import libcst as cst
 
 from memlint.analysis.context import Context
+from memlint.analysis.flows import ValueFlows
 from memlint.analysis.names import ImportTable
 from memlint.analysis.project import (FactCollector, ModuleFacts, Project, mentions_cuda,
                                       imported_modules, module_name, runs_distributed)
@@ -80,12 +81,17 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         return [module]
     ctx = Context(ImportTable(), path)
     ctx.analyses[FactCollector] = FactCollector(ctx, facts)
+    if facts.copies_to_device:  # what its functions do with their parameters, for other files
+        ValueFlows.of(ctx)
     rules = [r(ctx, settings.rule_options.get(r.code)) for r in rule_types]
     walkers = [*ctx.analyses.values(), *rules]  # shared analyses first
     try:
         walk(module, ctx, handlers_for(walkers, "visit_"), handlers_for(walkers, "leave_"))
         for rule in rules:
             rule.finish()
+        flows = ctx.analyses.get(ValueFlows)
+        if flows is not None:
+            facts.parameter_flows = flows.parameter_facts()
     except RecursionError as error:
         raise RuleCrash(f"recursion limit reached while checking: {error}") from error
     except Exception as error:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
-from memlint.analysis.autograd_values import names_in
+from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
+                                    iterated_name)
 from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs
-from memlint.analysis.project import (FactCollector, UnlessNoImporterCopiesToCuda,
-                                      UnlessProjectOnCpu)
+from memlint.analysis.project import (Either, FactCollector, UnlessHelpersKeepBatchesOnHost,
+                                      UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
 from memlint.rules.base import Rule
 
 _DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
@@ -24,75 +24,6 @@ _COLLATE_POSITION = 6
 _PARTIAL = {"functools.partial"}
 _INDEX_RANGES = {"range", "numpy.arange", "torch.arange"}
 _TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
-
-
-@dataclass
-class _Flow:
-    """What a `for` over a loader does with its batches, or a function with its
-    parameters: the values followed are the loop's targets (the parameters)
-    and the names bound to parts of them."""
-
-    name: str  # the name iterated (`train_loader`), or the function's
-    names: set[str]
-    moved: bool = False  # one of them, or a part of one, is copied to a CUDA device
-    #: functions of this module given one, with the argument it is (position or keyword)
-    handed_to: list[tuple[str, int | str]] = field(default_factory=list)
-    unknown: bool = False  # one goes to code this module does not show
-
-
-#: Calls that take a batch without moving it anywhere.
-_HARMLESS_BUILTINS = {"print", "len", "str", "repr", "int", "float", "bool", "isinstance", "type",
-                      "enumerate", "zip", "range", "list", "tuple", "dict", "set", "sorted",
-                      "min", "max", "sum", "any", "all", "next", "iter", "hasattr", "getattr"}
-#: Wrappers whose iteration is the loader's (`enumerate(loader)`, `tqdm(loader)`).
-_LOOP_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "list", "tqdm.tqdm", "tqdm.auto.tqdm",
-                  "tqdm.notebook.tqdm", "trange"}
-#: Methods that give (a view of, or the same data as) part of a batch.
-_PART_METHODS = {"float", "double", "half", "long", "int", "bool", "view", "reshape", "permute",
-                 "squeeze", "unsqueeze", "transpose", "contiguous", "items", "values", "get",
-                 "type_as", "flatten", "t"}
-
-
-def _root_name(node: cst.BaseExpression) -> str | None:
-    """`batch` for `batch`, `batch[0]`, `batch.x`, `batch["image"][0]`."""
-    while isinstance(node, (cst.Subscript, cst.Attribute)):
-        node = node.value
-    return dotted_name(node)
-
-
-def _part_of(value: cst.BaseExpression) -> str | None:
-    """The name a value is a part of: `batch` for `batch[0]`, `batch.x.float()`,
-    `Variable(batch[0])`."""
-    while isinstance(value, cst.Call):
-        if isinstance(value.func, cst.Attribute) and value.func.attr.value in _PART_METHODS:
-            value = value.func.value
-        elif (dotted_name(value.func) or "").endswith("Variable") and value.args:
-            value = value.args[0].value
-        else:
-            break
-    if isinstance(value, (cst.Tuple, cst.List)):
-        roots = {_part_of(e.value) for e in value.elements}
-        return roots.pop() if len(roots) == 1 else None
-    return _root_name(value) if isinstance(value, (cst.Name, cst.Subscript, cst.Attribute)) \
-        else None
-
-
-def _local_callee(func: cst.BaseExpression) -> str | None:
-    """`helper` for `helper(x)` and `self.helper(x)`: a function this module may define."""
-    if isinstance(func, cst.Name):
-        return func.value
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
-            and func.value.value in ("self", "cls"):
-        return func.attr.value
-    return None
-
-
-def _iterated_name(node: cst.BaseExpression) -> str | None:
-    """The name a loop iterates, through `enumerate`, `tqdm`, `zip`'s first argument."""
-    while isinstance(node, cst.Call) and node.args and \
-            (dotted_name(node.func) or "") in _LOOP_WRAPPERS:
-        node = node.args[0].value
-    return dotted_name(node)
 
 
 def _reads_one_batch(node: cst.Call) -> bool:
@@ -196,6 +127,10 @@ class DataLoaderWithoutPinMemory(Rule):
         'from torch.utils.data import DataLoader\n'
         'loader = DataLoader(ds, batch_size=64, pin_memory=False)\n'
         'for x, y in loader:\n    x = x.cuda()',
+        # a batch handed to helpers that hand it to each other, then copy it
+        'from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=64)\n'
+        'def walk(x, n):\n    return walk(x, n - 1) if n else x.cuda()\n'
+        'for x in loader:\n    walk(x, 3)',
         # parts of a batch, through a same-module helper
         'from torch.utils.data import DataLoader\nloader = DataLoader(ds, batch_size=64)\n'
         'def to_gpu(t):\n    return t.cuda(non_blocking=True)\n'
@@ -224,12 +159,7 @@ class DataLoaderWithoutPinMemory(Rule):
         self.unpinned: list[_Loader] = []
         #: Dataset classes of this module whose `__init__` puts the data on a GPU
         self.gpu_dataset_classes: set[str] = set()
-        #: every `for` over a name, and what its body does with the batches
-        self.batch_loops: list[_Flow] = []
-        #: what each function of the module does with its parameters (by name)
-        #: per function name, each definition's parameters in order, each with its flow
-        self.function_flows: dict[str, list[list[_Flow]]] = {}
-        self._open_flows: dict[cst.CSTNode, list[_Flow]] = {}
+        self.flows = ValueFlows.of(ctx)  # where the batches of each loop go
         self.single_batch_reads: Counter[str] = Counter()  # `next(iter(loader))` at the top level
         self.passed_names: set[str] = set()  # names handed to a call (`fit(model, loader)`)
         #: how often each identifier is read or written in the module, to tell a
@@ -242,53 +172,11 @@ class DataLoaderWithoutPinMemory(Rule):
     def visit_Name(self, node: cst.Name) -> None:
         self.identifiers[node.value] += 1
 
-    def visit_For(self, node: cst.For) -> None:
-        iterated = _iterated_name(node.iter)
-        parts = {_part_of(arg.value) for arg in node.iter.args} \
-            if isinstance(node.iter, cst.Call) else {_part_of(node.iter)}
-        for flow in self._open_values():
-            if parts & flow.names:  # `for x_slice, y_slice in zip(x, y)`: parts of a batch
-                flow.names.update(names_in(node.target))
-        if iterated is not None:
-            loop = _Flow(iterated, set(names_in(node.target)))
-            self.batch_loops.append(loop)
-            self._open_flows[node] = [loop]
-
-    def leave_For(self, node: cst.For) -> None:
-        self._open_flows.pop(node, None)
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        params = [_Flow(p.name.value, {p.name.value})
-                  for p in (*node.params.posonly_params, *node.params.params,
-                            *node.params.kwonly_params) if p.name.value not in ("self", "cls")]
-        self.function_flows.setdefault(node.name.value, []).append(params)
-        self._open_flows[node] = params
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._open_flows.pop(node, None)
-
-    def visit_CompFor(self, node: cst.CompFor) -> None:
-        """`[t.to(device) for t in batch]`: the element is a part of the batch."""
-        root = _root_name(node.iter)
-        for flow in self._open_values():
-            if root in flow.names:
-                flow.names.update(names_in(node.target))
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        """`x, y = batch`, `x = batch["image"]`, `x = x.float()`: parts of a batch."""
-        root = _part_of(node.value)
-        for flow in self._open_values():
-            if root in flow.names:
-                for target in node.targets:
-                    flow.names.update(names_in(target.target))
-
     def visit_Call(self, node: cst.Call) -> None:
-        if self._open_flows:
-            self._follow_values(node)
-        if not (isinstance(node.func, cst.Name) and node.func.value in _HARMLESS_BUILTINS):
+        if not (isinstance(node.func, cst.Name) and node.func.value in HARMLESS_BUILTINS):
             self.passed_names.update(filter(None, (dotted_name(a.value) for a in node.args)))
         if _reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
-            self.single_batch_reads[_iterated_name(node.args[0].value)] += 1
+            self.single_batch_reads[iterated_name(node.args[0].value)] += 1
         if self.ctx.qualify(node.func) in _DATALOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
@@ -304,33 +192,6 @@ class DataLoaderWithoutPinMemory(Rule):
             self.copies_to_cuda |= is_cuda_device(node.args[0].value, self.ctx) is True
         if self.copies_to_cuda and self.first_copy is None:
             self.first_copy = node
-
-    def _follow_values(self, node: cst.Call) -> None:
-        """In a loop over a loader (or a function, for its parameters): is a
-        batch, or a part of one, copied to a CUDA device, handed to a function
-        of this module, or to code this module does not show?"""
-        func = node.func
-        receiver = _part_of(func.value) if isinstance(func, cst.Attribute) else None
-        moved = moves_to_cuda(node, self.ctx)
-        callee = _local_callee(func)
-        harmless = isinstance(func, cst.Name) and func.value in _HARMLESS_BUILTINS
-        for flow in self._open_values():
-            if receiver in flow.names:
-                flow.moved |= moved
-                continue
-            if harmless:
-                continue
-            position = 0
-            for arg in node.args:
-                slot: int | str | None = arg.keyword.value if arg.keyword else position
-                if arg.keyword is None and not arg.star:
-                    position += 1
-                if _part_of(arg.value) not in flow.names:
-                    continue
-                if callee is None or arg.star:
-                    flow.unknown = True
-                else:
-                    flow.handed_to.append((callee, slot))
 
     def _note_dataset_on_gpu(self) -> None:
         function, class_def = self.ctx.function, self.ctx.class_def
@@ -399,49 +260,38 @@ class DataLoaderWithoutPinMemory(Rule):
                                      or self.ctx.path.endswith(".ipynb"))
         return name if local else None
 
-    def _where_batches_go(self, loader: str | None) -> str:
-        """"gpu" when a loop over the loader copies a batch to a CUDA device,
-        "stay" when every loop over it keeps its batches on the host (turned
-        into numpy, strings, new tensors) or it is only read once, else
-        "unknown" (not iterated here, or its batches go to other code)."""
+    def _where_batches_go(self, loader: str | None) -> tuple[str, list[tuple[str, int | str]]]:
+        """GPU when a loop over the loader copies a batch to a CUDA device, STAY
+        when every loop over it keeps its batches on the host (turned into
+        numpy, strings, new tensors) or it is only read once, else UNKNOWN (not
+        iterated here, or its batches go to code nobody can follow); with the
+        functions of other modules the batches are handed to (the project
+        tells what they do)."""
         if loader is None:
-            return "unknown"
-        verdicts = {self._flow_verdict(loop) for loop in self.batch_loops if loop.name == loader}
+            return UNKNOWN, []
+        verdicts, handed_out = set(), []
+        for loop in self.flows.loops:
+            if loop.name == loader:
+                verdict, out = self.flows.verdict(loop)
+                verdicts.add(verdict)
+                handed_out += out
         if loader in self.passed_names:
-            verdicts.add("unknown")  # handed to code that may iterate it elsewhere
+            verdicts.add(UNKNOWN)  # handed to code that may iterate it elsewhere
         if verdicts:
-            return "gpu" if "gpu" in verdicts else "unknown" if "unknown" in verdicts else "stay"
+            return (GPU if GPU in verdicts else UNKNOWN if UNKNOWN in verdicts else STAY,
+                    handed_out)
         reads = self.single_batch_reads.get(loader, 0)
         # read once at the top level, and named nowhere else but where it is built
-        return "stay" if reads and self.identifiers[loader.rsplit(".", 1)[-1]] <= reads + 1 \
-            else "unknown"
-
-    def _open_values(self) -> list[_Flow]:
-        return [flow for flows in self._open_flows.values() for flow in flows]
-
-    def _flow_verdict(self, flow: _Flow, depth: int = 0) -> str:
-        """"gpu", "stay" or "unknown" for what a loop or function does with its
-        values, following the functions of this module it hands them to."""
-        if flow.moved:
-            return "gpu"
-        verdicts = {"unknown"} if flow.unknown or depth > 3 else set()
-        for callee, slot in flow.handed_to:
-            definitions = self.function_flows.get(callee)
-            if not definitions:
-                verdicts.add("unknown")
-            for params in definitions or ():
-                param = next((f for f in params if f.name == slot), None) \
-                    if isinstance(slot, str) else params[slot] if slot < len(params) else None
-                verdicts.add("unknown" if param is None else self._flow_verdict(param, depth + 1))
-        return "gpu" if "gpu" in verdicts else "unknown" if "unknown" in verdicts else "stay"
+        return (STAY if reads and self.identifiers[loader.rsplit(".", 1)[-1]] <= reads + 1
+                else UNKNOWN), []
 
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
         for node, statement, written, target, dataset_class, in_function, assigned in self.unpinned:
             if target is not None and self.identifiers[target] <= 1:
                 continue  # built and never used: no batch of it is ever copied
-            batches = self._where_batches_go(assigned)
-            if batches == "stay":
+            batches, handed_out = self._where_batches_go(assigned)
+            if batches == STAY and not handed_out:
                 continue  # its loops copy no batch to the GPU, or it is read once
             if dataset_class in self.gpu_dataset_classes:
                 continue  # the Dataset put its data on the GPU: MEM001's finding
@@ -452,8 +302,11 @@ class DataLoaderWithoutPinMemory(Rule):
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
                             UnlessNoImporterCopiesToCuda(FactCollector.of(self.ctx).facts.module))
                 continue
+            unless = UnlessProjectOnCpu.here(self.ctx)
+            if batches == STAY:  # handed only to functions of other modules
+                unless = Either((unless, UnlessHelpersKeepBatchesOnHost(tuple(handed_out))))
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking),
-                        statement, UnlessProjectOnCpu.here(self.ctx),
+                        statement, unless,
                         related=[(self.first_copy, "copied to a CUDA device here: this "
                                                    "module's batches go to the GPU")])
 

@@ -1,0 +1,248 @@
+"""Where a loader's batches go, and what a function does with its parameters.
+
+MEM005 needs to know whether the tensors a DataLoader yields are themselves
+copied to a GPU (pinning then pays) or only turned into numpy, strings or new
+tensors first (pinning buys nothing). This follows, within a module, the
+targets of every `for` over a name and the parameters of every function:
+the names bound to parts of them (`x, y = batch`, `batch["image"]`,
+`x.float()`, `Variable(x)`, `for xs in zip(x, y)`), whether one is copied to a
+CUDA device, and which function it is handed to (by position or keyword).
+What each top-level function does with each parameter becomes a project fact,
+so a batch handed to `utils.test_single_volume(image, ...)` is judged by what
+that function does in its own file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from memlint.analysis.autograd_values import names_in
+from memlint.analysis.context import Context
+from memlint.analysis.devices import moves_to_cuda
+from memlint.analysis.names import dotted_name
+
+GPU, STAY, UNKNOWN = "gpu", "stay", "unknown"
+
+#: Calls that take a batch without moving it anywhere.
+HARMLESS_BUILTINS = {"print", "len", "str", "repr", "int", "float", "bool", "isinstance", "type",
+                     "enumerate", "zip", "range", "list", "tuple", "dict", "set", "sorted",
+                     "min", "max", "sum", "any", "all", "next", "iter", "hasattr", "getattr"}
+#: Libraries that never put what they are given on a GPU.
+_HOST_LIBRARIES = ("numpy.", "scipy.", "PIL.", "cv2.", "math.", "skimage.", "sklearn.",
+                   "medpy.", "matplotlib.", "pandas.", "imageio.", "SimpleITK.", "nibabel.",
+                   "logging.", "json.", "pickle.", "os.", "random.")
+#: Wrappers whose iteration is the loader's (`enumerate(loader)`, `tqdm(loader)`).
+_LOOP_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "list", "tqdm.tqdm", "tqdm.auto.tqdm",
+                  "tqdm.notebook.tqdm", "trange"}
+#: Methods that give (a view of, or the same data as) part of a batch.
+_PART_METHODS = {"float", "double", "half", "long", "int", "bool", "view", "reshape", "permute",
+                 "squeeze", "unsqueeze", "transpose", "contiguous", "items", "values", "get",
+                 "type_as", "flatten", "t"}
+
+
+@dataclass
+class Flow:
+    """What a `for` over a loader does with its batches, or a function with
+    one of its parameters: the values followed are the loop's targets (the
+    parameter) and the names bound to parts of them."""
+
+    name: str  # the name iterated (`train_loader`), or the parameter's
+    names: set[str]
+    moved: bool = False  # one of them, or a part of one, is copied to a CUDA device
+    #: functions of this module given one, with the argument it is (position or keyword)
+    handed_to: list[tuple[str, int | str]] = field(default_factory=list)
+    #: functions of other modules given one, as imported (`val_2D.test_single_volume`)
+    handed_out: list[tuple[str, int | str]] = field(default_factory=list)
+    unknown: bool = False  # one goes to code nobody can follow (a method of another object)
+
+
+class ValueFlows:
+    """The flows of one module, gathered during the walk."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.loops: list[Flow] = []
+        #: per function name, each definition's parameters in order, each with its flow
+        self.functions: dict[str, list[list[Flow]]] = {}
+        self._open: dict[cst.CSTNode, list[Flow]] = {}
+
+    @classmethod
+    def of(cls, ctx: Context) -> ValueFlows:
+        flows = ctx.analyses.get(cls)
+        if flows is None:
+            flows = ctx.analyses[cls] = cls(ctx)
+        return flows  # type: ignore[return-value]
+
+    # -- the walk ---------------------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        parts = {part_of(arg.value) for arg in node.iter.args} \
+            if isinstance(node.iter, cst.Call) else {part_of(node.iter)}
+        for flow in self._open_flows():
+            if parts & flow.names:  # `for x_slice, y_slice in zip(x, y)`: parts of a batch
+                flow.names.update(names_in(node.target))
+        iterated = iterated_name(node.iter)
+        if iterated is not None:
+            loop = Flow(iterated, set(names_in(node.target)))
+            self.loops.append(loop)
+            self._open[node] = [loop]
+
+    def leave_For(self, node: cst.For) -> None:
+        self._open.pop(node, None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        params = [Flow(p.name.value, {p.name.value})
+                  for p in (*node.params.posonly_params, *node.params.params,
+                            *node.params.kwonly_params) if p.name.value not in ("self", "cls")]
+        self.functions.setdefault(node.name.value, []).append(params)
+        self._open[node] = params
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._open.pop(node, None)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        """`[t.to(device) for t in batch]`: the element is a part of the batch."""
+        root = root_name(node.iter)
+        for flow in self._open_flows():
+            if root in flow.names:
+                flow.names.update(names_in(node.target))
+
+    def leave_Assign(self, node: cst.Assign) -> None:
+        """`x, y = batch`, `x = batch["image"]`, `x = x.float()`: parts of a
+        batch; `image = image.cpu().numpy()`: the name no longer holds one
+        (decided after the value, whose calls saw the names as they were)."""
+        if not self._open:
+            return
+        root = part_of(node.value)
+        targets = {n for target in node.targets for n in names_in(target.target)}
+        for flow in self._open_flows():
+            if root in flow.names:
+                flow.names.update(targets)
+            else:
+                flow.names.difference_update(targets)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        """Is a followed value, or a part of one, copied to a CUDA device, or
+        handed to a function (of this module, of another, or unknown)?"""
+        if not self._open:
+            return
+        func = node.func
+        receiver = part_of(func.value) if isinstance(func, cst.Attribute) else None
+        moved = moves_to_cuda(node, self.ctx)
+        imported = self.ctx.qualify(func)  # `from val_2D import test_single_volume`
+        local = _local_callee(func) if imported is None else None
+        harmless = isinstance(func, cst.Name) and func.value in HARMLESS_BUILTINS
+        for flow in self._open_flows():
+            if receiver in flow.names:
+                flow.moved |= moved
+                continue
+            if harmless:
+                continue
+            position = 0
+            for arg in node.args:
+                slot: int | str = arg.keyword.value if arg.keyword else position
+                if arg.keyword is None and not arg.star:
+                    position += 1
+                if part_of(arg.value) not in flow.names:
+                    continue
+                if arg.star:
+                    flow.unknown = True
+                elif local is not None:
+                    flow.handed_to.append((local, slot))
+                elif imported is not None and imported.startswith(_HOST_LIBRARIES):
+                    continue  # numpy, scipy, PIL...: nothing there puts a tensor on a GPU
+                elif imported is not None and not imported.startswith("torch."):
+                    flow.handed_out.append((imported, slot))
+                elif imported is None:
+                    flow.unknown = True
+
+    def _open_flows(self) -> list[Flow]:
+        return [flow for flows in self._open.values() for flow in flows]
+
+    # -- queries (complete once the walk is over) -------------------------
+    def verdict(self, flow: Flow, depth: int = 0) -> tuple[str, list[tuple[str, int | str]]]:
+        """GPU, STAY or UNKNOWN for what a loop or parameter does with its
+        values, following the functions of this module it hands them to; with
+        the functions of other modules it hands them to (the verdict is STAY
+        only if they keep them on the host too: the project decides)."""
+        if flow.moved:
+            return GPU, []
+        if depth > 3:  # a chain of helpers, or one that calls itself
+            return UNKNOWN, []
+        verdicts = {UNKNOWN} if flow.unknown else set()
+        handed_out = list(flow.handed_out)
+        for callee, slot in flow.handed_to:
+            definitions = self.functions.get(callee)
+            if not definitions:
+                verdicts.add(UNKNOWN)
+            for params in definitions or ():
+                param = _parameter(params, slot)
+                if param is None:
+                    verdicts.add(UNKNOWN)
+                    continue
+                verdict, more = self.verdict(param, depth + 1)
+                verdicts.add(verdict)
+                handed_out += more
+        if GPU in verdicts:
+            return GPU, []
+        return (UNKNOWN if UNKNOWN in verdicts else STAY), handed_out
+
+    def parameter_facts(self) -> dict[str, tuple[str, ...]]:
+        """Per function of this module defined once, per positional
+        parameter: GPU, STAY or UNKNOWN (a parameter handed on to yet another
+        module is UNKNOWN: one file's facts do not follow it further)."""
+        facts = {}
+        for name, definitions in self.functions.items():
+            if len(definitions) == 1:
+                facts[name] = tuple(verdict if not out else UNKNOWN
+                                    for verdict, out in map(self.verdict, definitions[0]))
+        return facts
+
+
+def _parameter(params: list[Flow], slot: int | str) -> Flow | None:
+    if isinstance(slot, str):
+        return next((f for f in params if f.name == slot), None)
+    return params[slot] if slot < len(params) else None
+
+
+def root_name(node: cst.BaseExpression) -> str | None:
+    """`batch` for `batch`, `batch[0]`, `batch.x`, `batch["image"][0]`."""
+    while isinstance(node, (cst.Subscript, cst.Attribute)):
+        node = node.value
+    return dotted_name(node)
+
+
+def part_of(value: cst.BaseExpression) -> str | None:
+    """The name a value is a part of: `batch` for `batch[0]`, `batch.x.float()`,
+    `Variable(batch[0])`."""
+    while isinstance(value, cst.Call):
+        if isinstance(value.func, cst.Attribute) and value.func.attr.value in _PART_METHODS:
+            value = value.func.value
+        elif (dotted_name(value.func) or "").endswith("Variable") and value.args:
+            value = value.args[0].value
+        else:
+            break
+    if isinstance(value, (cst.Tuple, cst.List)):
+        roots = {part_of(e.value) for e in value.elements}
+        return roots.pop() if len(roots) == 1 else None
+    return root_name(value) if isinstance(value, (cst.Name, cst.Subscript, cst.Attribute)) \
+        else None
+
+
+def _local_callee(func: cst.BaseExpression) -> str | None:
+    """`helper` for `helper(x)` and `self.helper(x)`: a function this module may define."""
+    if isinstance(func, cst.Name):
+        return func.value
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) \
+            and func.value.value in ("self", "cls"):
+        return func.attr.value
+    return None
+
+
+def iterated_name(node: cst.BaseExpression) -> str | None:
+    """The name a loop iterates, through `enumerate`, `tqdm`, `zip`'s first argument."""
+    while isinstance(node, cst.Call) and node.args and \
+            (dotted_name(node.func) or "") in _LOOP_WRAPPERS:
+        node = node.args[0].value
+    return dotted_name(node)
