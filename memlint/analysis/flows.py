@@ -115,12 +115,15 @@ class ValueFlows:
         if not self._open:
             return
         root = part_of(node.value)
-        targets = {n for target in node.targets for n in names_in(target.target)}
+        targets: set[str] | None = None  # worked out only when a flow needs them
         for flow in self._open_flows():
-            if root in flow.names:
-                flow.names.update(targets)
-            else:
-                flow.names.difference_update(targets)
+            if root in flow.names or flow.names:
+                if targets is None:
+                    targets = _assigned_names(node)
+                if root in flow.names:
+                    flow.names.update(targets)
+                else:
+                    flow.names.difference_update(targets)
 
     def visit_Call(self, node: cst.Call) -> None:
         """Is a followed value, or a part of one, copied to a CUDA device, or
@@ -129,22 +132,28 @@ class ValueFlows:
             return
         func = node.func
         receiver = part_of(func.value) if isinstance(func, cst.Attribute) else None
-        moved = moves_to_cuda(node, self.ctx)
+        # each argument's root once, not once per followed name (this runs for
+        # every call inside every function of a file that moves tensors)
+        roots = [part_of(arg.value) for arg in node.args]
+        flows = [f for f in self._open_flows()
+                 if receiver in f.names or any(r in f.names for r in roots)]
+        if not flows:
+            return
+        if isinstance(func, cst.Name) and func.value in HARMLESS_BUILTINS:
+            flows = [f for f in flows if receiver in f.names]
+        moved = moves_to_cuda(node, self.ctx) if receiver is not None else False
         imported = self.ctx.qualify(func)  # `from val_2D import test_single_volume`
         local = _local_callee(func) if imported is None else None
-        harmless = isinstance(func, cst.Name) and func.value in HARMLESS_BUILTINS
-        for flow in self._open_flows():
+        for flow in flows:
             if receiver in flow.names:
                 flow.moved |= moved
                 continue
-            if harmless:
-                continue
             position = 0
-            for arg in node.args:
+            for arg, root in zip(node.args, roots):
                 slot: int | str = arg.keyword.value if arg.keyword else position
                 if arg.keyword is None and not arg.star:
                     position += 1
-                if part_of(arg.value) not in flow.names:
+                if root not in flow.names:
                     continue
                 if arg.star:
                     flow.unknown = True
@@ -200,6 +209,14 @@ class ValueFlows:
         return facts
 
 
+def _assigned_names(node: cst.Assign) -> set[str]:
+    names = set()
+    for target in node.targets:
+        name = dotted_name(target.target)
+        names.update([name] if name is not None else names_in(target.target))
+    return names
+
+
 def _parameter(params: list[Flow], slot: int | str) -> Flow | None:
     if isinstance(slot, str):
         return next((f for f in params if f.name == slot), None)
@@ -216,6 +233,8 @@ def root_name(node: cst.BaseExpression) -> str | None:
 def part_of(value: cst.BaseExpression) -> str | None:
     """The name a value is a part of: `batch` for `batch[0]`, `batch.x.float()`,
     `Variable(batch[0])`."""
+    if type(value) is cst.Name:  # the common case, first
+        return value.value
     while isinstance(value, cst.Call):
         if isinstance(value.func, cst.Attribute) and value.func.attr.value in _PART_METHODS:
             value = value.func.value
