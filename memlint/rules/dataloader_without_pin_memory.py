@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
                                     iterated_name)
@@ -37,7 +38,7 @@ class _Loader(NamedTuple):
     written: str  # how the call is written, for the message
     target: str | None  # the private name it is assigned to, if any
     dataset_class: str | None  # what builds its dataset (`FaceDataset(...)`)
-    in_function: bool  # built in a function another module can call
+    escapes: bool  # returned by the function that builds it (`get_loader()`), or kept on `self`
     assigned: str | None  # the name it is assigned to (`self.train_loader`)
 
 
@@ -110,6 +111,10 @@ class DataLoaderWithoutPinMemory(Rule):
         # read once, at a notebook's top level, to look at one batch
         'import torch\nfrom torch.utils.data import DataLoader\nmodel.cuda()\n'
         'loader = DataLoader(ds, batch_size=8)\nimgs, labels = next(iter(loader))\nprint(imgs.shape)',
+        # a dataset module's demo: the loader is used where it is built, no importer iterates it
+        'from torch.utils.data import DataLoader\ndef main():\n'
+        '    loader = DataLoader(VOC("train"), batch_size=1)\n'
+        '    for img, target in loader:\n        print(img.shape)',
         # indices into tensors kept on the GPU
         'import torch\nfrom torch.utils.data import DataLoader\nX = X.cuda()\n'
         'for idx in DataLoader(range(len(X)), batch_size=64, shuffle=True):\n    model(X[idx])',
@@ -162,6 +167,7 @@ class DataLoaderWithoutPinMemory(Rule):
         self.flows = ValueFlows.of(ctx)  # where the batches of each loop go
         self.single_batch_reads: Counter[str] = Counter()  # `next(iter(loader))` at the top level
         self.passed_names: set[str] = set()  # names handed to a call (`fit(model, loader)`)
+        self.returned_names: set[str] = set()  # names a function returns (`return loader`)
         #: how often each identifier is read or written in the module, to tell a
         #: loader that is never used again
         self.identifiers: Counter[str] = Counter()
@@ -171,6 +177,10 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def visit_Name(self, node: cst.Name) -> None:
         self.identifiers[node.value] += 1
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.returned_names.update(names_in(node.value))
 
     def visit_Call(self, node: cst.Call) -> None:
         if not (isinstance(node.func, cst.Name) and node.func.value in HARMLESS_BUILTINS):
@@ -219,8 +229,11 @@ class DataLoaderWithoutPinMemory(Rule):
         parent = self.ctx.parent
         assigned = dotted_name(parent.targets[0].target) \
             if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
+        escapes = self.ctx.function is not None and (
+            any(isinstance(a, cst.Return) for a in self.ctx.ancestors)
+            or (assigned or "").startswith("self."))
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
-                                     dataset_class, self.ctx.function is not None, assigned))
+                                     dataset_class, escapes, assigned))
 
     def _no_host_tensors(self, dataset: cst.BaseExpression) -> bool:
         """A dataset whose items are not host tensors to pin: indices
@@ -287,7 +300,7 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
-        for node, statement, written, target, dataset_class, in_function, assigned in self.unpinned:
+        for node, statement, written, target, dataset_class, escapes, assigned in self.unpinned:
             if target is not None and self.identifiers[target] <= 1:
                 continue  # built and never used: no batch of it is ever copied
             batches, handed_out = self._where_batches_go(assigned)
@@ -296,8 +309,8 @@ class DataLoaderWithoutPinMemory(Rule):
             if dataset_class in self.gpu_dataset_classes:
                 continue  # the Dataset put its data on the GPU: MEM001's finding
             if not self.copies_to_cuda:
-                if not in_function:
-                    continue  # a module-level or `__main__` loader: no importer iterates it
+                if not (escapes or assigned in self.returned_names):
+                    continue  # used where it is built: no importer iterates it
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
                             UnlessNoImporterCopiesToCuda(FactCollector.of(self.ctx).facts.module))
