@@ -88,7 +88,7 @@ def test_a_file_named_alone_reads_its_project_for_cuda(tmp_path):
 
 def test_the_load_message_fits_the_program(tmp_path):
     single = check_source("import torch\nnet.cuda()\nnet.load_state_dict(torch.load(p))\n")
-    ranks = check_source("import torch\ndist.init_process_group('nccl')\n"
+    ranks = check_source("import torch\nimport torch.distributed as dist; dist.init_process_group('nccl')\n"
                          "net.load_state_dict(torch.load(p))\n")
     restored = check_source("import torch\nnet.cuda()\nhistory.append(torch.load(p))\n")
     assert "second copy of the checkpoint" in single[0].message
@@ -100,7 +100,7 @@ def test_a_whole_pickled_model_is_the_model_not_a_second_copy():
     for source in ("import torch\nnet = torch.load(p).cuda()\n",
                    "import torch\nnet = torch.load(p)\nnet.eval()\nnet.cuda()\n"):
         assert check_source(source) == []
-    ranks = "import torch\ndist.init_process_group('nccl')\nnet = torch.load(p).cuda()\n"
+    ranks = "import torch\nimport torch.distributed as dist; dist.init_process_group('nccl')\nnet = torch.load(p).cuda()\n"
     assert [f.code for f in check_source(ranks)] == ["MEM007"]
 
 
@@ -172,3 +172,11 @@ def test_batches_handed_to_a_helper_of_another_module_are_judged_by_what_it_does
     assert codes(tmp_path) == []  # the batch becomes numpy, a new tensor goes to the GPU
     (tmp_path / "train.py").write_text(train.format(helper="to_gpu"))
     assert codes(tmp_path) == [("train.py", 6, "MEM005")]
+
+
+def test_a_distributed_import_never_called_does_not_make_ranks():
+    source = ("import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+              "net.cuda()\nnet.load_state_dict(torch.load(p))\n")
+    assert "every rank" not in check_source(source)[0].message
+    launched = source + "net = DDP(net)\n"
+    assert "every rank" in check_source(launched)[0].message

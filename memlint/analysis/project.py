@@ -113,8 +113,11 @@ def mentions_cuda(source: str, lowered: str | None = None) -> bool:
     return ".to(" in source and _TO_ORDINAL.search(source) is not None
 
 
-_DISTRIBUTED_WORDS = ("init_process_group", "distributeddataparallel", "local_rank", "mp.spawn",
-                      "multiprocessing.spawn", "torchrun", "world_size")
+#: Words of a program launched as several processes. Not the names of
+#: `init_process_group` or `DistributedDataParallel`: imported and never called,
+#: they launch nothing (MEM007 looks for the calls themselves).
+_DISTRIBUTED_WORDS = ("local_rank", "mp.spawn", "multiprocessing.spawn", "torchrun",
+                      "world_size")
 
 
 _IMPORT_TEXT = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+\(?([\w \t,.*]+)|"

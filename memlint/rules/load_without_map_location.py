@@ -66,6 +66,9 @@ class LoadWithoutMapLocation(Rule):
         # a model built here and saved before it was moved to a GPU
         'import torch\nmodel = NeuralNetwork(10, 2)\ntorch.save(model.state_dict(), "model.pth")\n'
         'model.load_state_dict(torch.load("model.pth"))\nmodel.cuda()',
+        # saved through a project's helper that says it moves to the CPU
+        'import torch\nmodel.cuda()\ntorch.save(as_cpu(model.state_dict()), "best.pt")\n'
+        'model.load_state_dict(torch.load("best.pt"))',
         # a whole pickled model: what is loaded becomes the model, no second copy
         'import torch\nmodel = torch.load(args.checkpoint)\nmodel.eval()\nmodel.cuda()',
         # a data set saved as tensors: no model state to copy
@@ -164,7 +167,7 @@ class LoadWithoutMapLocation(Rule):
             self.moved_to_gpu.add(name)
 
     def finish(self) -> None:
-        distributed = FactCollector.of(self.ctx).facts.distributed
+        distributed = self.starts_ranks is not None or FactCollector.of(self.ctx).facts.distributed
         for node, statement, direct, model in self.loads:
             path = _path_key(node.args[0].value) if node.args else None
             if path in self.saved_on_cpu and path not in self.saved_maybe_gpu:
@@ -289,6 +292,11 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str]) -> 
             continue
         break
     if isinstance(node, cst.Call):
+        helper = (dotted_name(node.func) or "").rsplit(".", 1)[-1].lower()
+        cpu_flag = call_arg(node, "cpu")
+        if "cpu" in helper.split("_") or (cpu_flag is not None and isinstance(cpu_flag.value, cst.Name)
+                                          and cpu_flag.value.value == "True"):
+            return True  # `as_cpu(state)`, `to_cpu(x)`, `state_dict(model, cpu=True)`
         qualified = ctx.qualify(node.func) or ""
         if qualified.startswith("torch.") and call_arg(node, "device") is None \
                 and not qualified.startswith(("torch.load", "torch.cuda")):
