@@ -54,15 +54,22 @@ _VERB_FIRST = re.compile(r"^_*(get|pick|select|choose|compute|calc|calculate|mak
                          r"log|check|test)_", re.IGNORECASE)
 
 
+def unchained(value: cst.BaseExpression) -> cst.BaseExpression:
+    """`Net()` for `Net().to(device).eval()`: what the chain of methods that
+    return their module was called on."""
+    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+           and value.func.attr.value in CHAINED):
+        value = value.func.value
+    return value
+
+
 def constructed_kind(value: cst.BaseExpression, ctx: Context) -> Kind | None:
     """What `x = <value>` holds, when `value` builds or loads it: a module
     (`nn.Linear(...)`, `Net().to(device)`, `resnet18()`, `from_pretrained`),
     a loss (`nn.CrossEntropyLoss()`, `FocalLoss()`), or another kind of model
     (`core.compile_model(...)`, `RandomForestClassifier()`); None when the
     code does not say."""
-    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-           and value.func.attr.value in CHAINED):
-        value = value.func.value
+    value = unchained(value)
     if not isinstance(value, cst.Call):
         return None
     qualified = ctx.qualify(value.func) or ""
@@ -95,9 +102,7 @@ def built_kind(value: cst.BaseExpression, ctx: Context) -> Kind | None:
     kind = constructed_kind(value, ctx)
     if kind is not None:
         return kind
-    while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-           and value.func.attr.value in CHAINED):
-        value = value.func.value
+    value = unchained(value)
     if not isinstance(value, cst.Call):
         return None
     qualified = ctx.qualify(value.func) or ""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
-from memlint.analysis.models import CHAINED, constructed_kind, is_loss_name
+from memlint.analysis.models import CHAINED, constructed_kind, is_loss_name, unchained
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import (Either, FactCollector, UnlessCalledToTrain,
                                       UnlessCallersDisableGrad, UnlessProjectOnCpu)
@@ -379,9 +379,7 @@ class GradInInference(Rule):
         kind = constructed_kind(value, self.ctx)
         if kind is not None:
             return kind == "module"
-        while (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-               and value.func.attr.value in CHAINED):
-            value = value.func.value
+        value = unchained(value)
         if isinstance(value, (cst.BaseString, cst.Integer, cst.Float, cst.Lambda, cst.List,
                               cst.Dict, cst.Tuple, cst.BaseComp)):
             return False
