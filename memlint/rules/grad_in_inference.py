@@ -161,6 +161,9 @@ class GradInInference(Rule):
         "import torch\nfrom transformers import AutoTokenizer\ndef predict(text):\n"
         "    tokenizer = AutoTokenizer.from_pretrained('bert-base-uncased')\n"
         "    return tokenizer(text, return_tensors='pt').to('cuda')",
+        # a smoke test that rebinds the model to its eval() result
+        "import torch\nif __name__ == '__main__':\n    layer = AbstractLayer(8, 4)\n"
+        "    layer = layer.eval()\n    print(layer(torch.randn(2, 8)))",
         # a smoke test of a class named with digits and an underscore
         "import torch\ndef test():\n    net = MobileNetV3_Small()\n    return net(torch.randn(2, 3, 224, 224))",
         # a model file's smoke test through a factory of the same file
@@ -339,12 +342,18 @@ class GradInInference(Rule):
             return False  # a parameter, an attribute, a global: placed elsewhere
         if self.unit.on_gpu.get(module):
             return False
+        site = self.ctx.scope.sites.get(module)
         value = self.ctx.scope.bindings[module]
-        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                and value.func.attr.value in CHAINED:
-            if moves_to_cuda(value, self.ctx):
-                return False
-            value = value.func.value
+        for _ in range(4):  # `net = Net()`, then `net = net.eval()`: back to where it was built
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value in CHAINED:
+                if moves_to_cuda(value, self.ctx):
+                    return False
+                value = value.func.value
+            if dotted_name(value) != module or site is None or site.previous is None:
+                break
+            site = site.previous
+            value = site.value
         if not isinstance(value, cst.Call) or call_arg(value, "device") is not None \
                 or creates_on_cuda(value, self.ctx):
             return False

@@ -113,6 +113,10 @@ class WholeDatasetToDevice(Rule):
         "batch with .to(device, non_blocking=True)")
 
     VALID = [
+        # a model's own constant (an index table) built in its constructor
+        "import torch\nimport numpy as np\nclass GBDT2NN(torch.nn.Module):\n"
+        "    def __init__(self, used_features):\n        super().__init__()\n"
+        "        self.used = torch.from_numpy(np.asarray(used_features)).to('cuda')",
         'import torch\nfor x, y in loader:\n    x, y = x.to(device), y.to(device)',
         'import torch\nmodel = Net().to(device)\ncriterion = torch.nn.MSELoss().cuda()',
         'import torch\nweights = torch.tensor([0.5, 0.5]).to(device)',
@@ -229,6 +233,8 @@ class WholeDatasetToDevice(Rule):
             source = node.args[0].value  # `torch.tensor(<source>, device="cuda")`
         else:
             return
+        if self._in_module_constructor():
+            return  # a model's own tensors (an index table, a mask) live with it on the GPU
         evidence = self._evidence(source)
         whole = evidence == STRONG or (evidence == WEAK and self._at_setup_level())
         targets = self._targets(node)
@@ -326,6 +332,14 @@ class WholeDatasetToDevice(Rule):
                     steps.add(unit)
                     names |= _names_used(unit)
         return names
+
+    def _in_module_constructor(self) -> bool:
+        """In `__init__` of a `torch.nn.Module` subclass (not a Dataset's)."""
+        function, class_def = self.ctx.function, self.ctx.class_def
+        if function is None or function.name.value != "__init__" or class_def is None:
+            return False
+        return any((self.ctx.names.qualify(base.value) or "").startswith("torch.nn.")
+                   for base in class_def.bases)
 
     def _report_once(self, node: cst.Call, message: str,
                      statement: cst.CSTNode | None = None) -> None:
