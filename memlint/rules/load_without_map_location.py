@@ -71,6 +71,10 @@ class LoadWithoutMapLocation(Rule):
         'model.load_state_dict(torch.load("best.pt"))',
         # a whole pickled model: what is loaded becomes the model, no second copy
         'import torch\nmodel = torch.load(args.checkpoint)\nmodel.eval()\nmodel.cuda()',
+        # a schedule's state, named inside the path, and a data set indexed as it is loaded
+        'import os\nimport torch\nmodel.cuda()\n'
+        'scheduler.load_state_dict(torch.load(os.path.join(out, "scheduler.pt")))',
+        'import torch\nmodel.cuda()\nimages = torch.load("insect_train.pt")["images"][:5]',
         # a data set saved as tensors: no model state to copy
         'import torch\nx.cuda()\ntrain = torch.load("insect_train.pt")\n'
         'ds = TensorDataset(train["images"], train["labels"])',
@@ -141,6 +145,8 @@ class LoadWithoutMapLocation(Rule):
         into = self._loaded_into()
         if into is not None and _OPTIMIZER.search(into):
             return  # optimizer.load_state_dict moves each state onto its parameter: no copy
+        if into is not None and "scheduler" in into.lower():
+            return  # a learning-rate schedule's state: numbers, no tensors
         model = "<chained>" if self._chained_as_model() else self._assigned_name()
         self.loads.append((node, self.statement(), into is not None, model))
 
@@ -186,11 +192,14 @@ class LoadWithoutMapLocation(Rule):
 
     def _holds_no_gpu_tensors(self, node: cst.Call) -> bool:
         """A data or cache file, or pretrained weights loaded while a module is built."""
-        names = [dotted_name(node.args[0].value) or "" if node.args else "",
-                 string_value(node.args[0].value) or "" if node.args else ""]
+        names = [dotted_name(node.args[0].value) or "" if node.args else ""]
+        if node.args:  # `os.path.join(out_dir, "scheduler.pt")`: the literals of the path
+            names += [string_value(n) or "" for n in _strings_in(node.args[0].value)]
         parent = self.ctx.parent
         if isinstance(parent, cst.Assign):
             names += [n for t in parent.targets for n in names_in(t.target)]
+        if isinstance(parent, cst.Subscript):  # `torch.load(p)["images"]`
+            names.append(_literal_key(parent) or "")
         if any(_DATA_FILE.search(name) for name in names if name):
             return True
         function = self.ctx.function
@@ -231,7 +240,21 @@ _RANK_STARTERS = {"torch.distributed.init_process_group", "torch.multiprocessing
                   "torch.nn.parallel.DistributedDataParallel"}
 #: Files that hold data, caches or bookkeeping rather than GPU tensors.
 _DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|scheduler|slices|"
-                        r"^data$|\.data$|_data$|^data_)", re.IGNORECASE)
+                        r"^data$|\.data$|_data$|^data_|^images$|^labels$)", re.IGNORECASE)
+
+
+def _strings_in(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The string literals of an expression (`os.path.join(d, "best.pt")`)."""
+    found, pending = [], [node]
+    while pending and len(found) < 8:
+        current = pending.pop()
+        if isinstance(current, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+            found.append(current)
+        elif isinstance(current, cst.Call):
+            pending.extend(arg.value for arg in current.args)
+        elif isinstance(current, cst.BinaryOperation):
+            pending.extend((current.left, current.right))
+    return found
 
 
 _BUILT_CLASS = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
