@@ -24,7 +24,7 @@ from memlint.analysis.walker import handlers_for, walk
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
 from memlint.engine.suppression import is_suppressed, skips_file
-from memlint.finding import Finding, InternalError, Related
+from memlint.finding import Finding, Related
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
 #: Python's line ends; str.splitlines() also splits on form feeds and others.
