@@ -42,14 +42,21 @@ def lines_of(result: subprocess.CompletedProcess) -> list[str]:
     return result.stdout.decode("utf-8").splitlines()
 
 
-def assert_isolated(result, bad: str, reason: str, seconds: float = 20) -> None:
-    """The bad file is one MEM000 with `reason`, the good file's finding is kept."""
+def assert_isolated(result, bad: str, *reasons: str) -> None:
+    """The bad file is one MEM000 with one of `reasons` (CPython's parser and
+    json module word and place their limits differently from one version to
+    the next), the good file's finding is kept."""
     out = result.stdout.decode("utf-8")
     assert result.returncode == 1, result.stderr.decode()
     assert b"Traceback" not in result.stderr
     assert GOOD_FINDING in out
     (line,) = [line for line in out.splitlines() if line.startswith(bad + ":")]
-    assert ": MEM000 " in line and reason in line, line
+    assert ": MEM000 " in line and any(reason in line for reason in reasons), line
+
+
+#: CPython 3.11 and later refuse these chains; 3.10 parses them (memlint then
+#: measures their depth, or checks nothing in a file no rule needs to read)
+REFUSES_DEEP_CHAINS = sys.version_info >= (3, 11)
 
 
 def timed(function, *args, **kwargs):
@@ -74,7 +81,13 @@ CHAINS = {
 def test_rows_1_2_a_chain_that_crashes_or_hangs_the_parser_is_mem000(tree, jobs, chain):
     (tree / "bad.py").write_text(chain)
     result, seconds = timed(memlint, "-j", jobs, ".", cwd=tree)
-    assert_isolated(result, "./bad.py", "nested or chained too deeply")
+    if REFUSES_DEEP_CHAINS:
+        assert_isolated(result, "./bad.py", "nested or chained too deeply")
+    else:  # some are valid Python there: no rule needs their tree, no finding
+        assert result.returncode == 1 and b"Traceback" not in result.stderr
+        assert GOOD_FINDING in result.stdout.decode()
+        bad = [line for line in lines_of(result) if line.startswith("./bad.py:")]
+        assert all(": MEM000 " in line and "nested" in line for line in bad), bad
     assert seconds < 15
 
 
@@ -82,7 +95,7 @@ def test_rows_1_2_a_chain_that_crashes_or_hangs_the_parser_is_mem000(tree, jobs,
 def test_row_3_a_5000_line_chain_is_recognised_at_once_and_named_by_line(tree, jobs):
     (tree / "bad.py").write_text("import torch\ntorch.load('a')\nx = (\n" + "-\n" * 5000 + "1)\n")
     result, seconds = timed(memlint, "-j", jobs, ".", cwd=tree)
-    assert_isolated(result, "./bad.py", "an expression from line 4")
+    assert_isolated(result, "./bad.py", "an expression from line 4", "expressions nested")
     assert seconds < 10
 
 
@@ -122,7 +135,8 @@ def notebook(*cells: str) -> str:
 def test_row_6_a_notebook_of_1000_nested_brackets_is_mem000(tree, jobs):
     (tree / "deep.ipynb").write_text("[" * 1000 + "]" * 1000)
     result = memlint("-j", jobs, ".", cwd=tree)
-    assert_isolated(result, "./deep.ipynb", "not a notebook: JSON nested too deeply")
+    assert_isolated(result, "./deep.ipynb", "not a notebook: JSON nested too deeply",
+                    "not a notebook memlint can read")  # 3.13's json reads the nesting
 
 
 @JOBS
@@ -271,8 +285,13 @@ def test_row_15_a_too_deep_notebook_cell_says_why(tree, jobs):
     (tree / "deep.ipynb").write_text(notebook("x = (\n" + "not\n" * 5000 + "1)\n", FLAGGED))
     result = memlint("-j", jobs, ".", cwd=tree)
     assert result.returncode == 1
-    assert "./deep.ipynb:cell 1:1:1: MEM000 cannot parse this cell, its code was not checked: " \
-           "an expression is nested or chained too deeply" in result.stdout.decode()
+    out = result.stdout.decode()
+    deep = [line for line in out.splitlines()
+            if line.startswith("./deep.ipynb:cell 1:") and ": MEM000 " in line]
+    # 3.11/3.12 refuse the cell ("cannot parse this cell ... nested or chained too
+    # deeply"); 3.10 and 3.13 parse it and memlint measures it ("expressions nested")
+    assert deep and ("nested or chained too deeply" in deep[0]
+                     or "expressions nested" in deep[0]), out
 
 
 def test_row_15_an_undecodable_file_is_mem000_through_flake8_too(tree):
