@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import libcst as cst
 
@@ -21,6 +22,8 @@ _GRAD_OFF = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
 _GRAD_ON = {"torch.enable_grad", "torch.autograd.enable_grad"}
 _SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
              "torch.autograd.grad_mode.set_grad_enabled"}
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,14 @@ class Context:
         self.ancestors: list[cst.CSTNode] = []
         self.scopes: list[Scope] = []
         self._if_depth = 0  # `if` statements around the current node
+
+    def shared(self, analysis_type: type[T]) -> T:
+        """The one `analysis_type` of this file, made on first use (a rule asks
+        for it in its constructor; the engine walks analyses before rules)."""
+        analysis = self.analyses.get(analysis_type)
+        if analysis is None:
+            analysis = self.analyses[analysis_type] = analysis_type(self)
+        return analysis  # type: ignore[return-value]
 
     def close(self) -> None:
         """Drop the analyses, breaking their reference cycles (an analysis refers

@@ -70,10 +70,7 @@ class ValueFlows:
 
     @classmethod
     def of(cls, ctx: Context) -> ValueFlows:
-        flows = ctx.analyses.get(cls)
-        if flows is None:
-            flows = ctx.analyses[cls] = cls(ctx)
-        return flows  # type: ignore[return-value]
+        return ctx.shared(cls)
 
     # -- the walk ---------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:

@@ -77,10 +77,7 @@ class ModuleIndex:
     @classmethod
     def of(cls, ctx: Context) -> ModuleIndex:
         """The one index of this module, created on first use."""
-        index = ctx.analyses.get(cls)
-        if index is None:
-            index = ctx.analyses[cls] = cls(ctx)
-        return index  # type: ignore[return-value]
+        return ctx.shared(cls)
 
     def close(self) -> None:
         """Unlink functions from their call sites and children (see `Context.close`)."""

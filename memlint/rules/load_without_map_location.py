@@ -8,6 +8,7 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import moves_to_cuda, string_value
+from memlint.analysis.flows import root_name
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import FactCollector, UnlessProjectOnCpu
 from memlint.rules.base import Rule
@@ -153,7 +154,7 @@ class LoadWithoutMapLocation(Rule):
     def visit_Subscript(self, node: cst.Subscript) -> None:
         key = _literal_key(node)
         if key is not None and key.lower() in _DATA_KEYS:
-            self.used_as_data.add(_root_name(node.value))
+            self.used_as_data.add(root_name(node.value))
 
     def _note_model_use(self, node: cst.Call) -> None:
         """`m.cuda()`, `m.eval()`, `m(x)` of a name: it holds a model;
@@ -164,9 +165,9 @@ class LoadWithoutMapLocation(Rule):
         if name is None:
             return
         if receiver is not None and func.attr.value == "load_state_dict" and node.args:
-            self.copied_into_modules.add(_root_name(node.args[0].value))
+            self.copied_into_modules.add(root_name(node.args[0].value))
         if name.endswith(("Dataset", "DataLoader")):
-            self.used_as_data.update(_root_name(arg.value) for arg in node.args)
+            self.used_as_data.update(root_name(arg.value) for arg in node.args)
         if receiver is None or func.attr.value in _MODEL_USES:
             self.used_as_model.add(name)
         if receiver is not None and moves_to_cuda(node, self.ctx):
@@ -263,13 +264,6 @@ _BUILT_CLASS = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
 #: Keys under which a saved data set keeps its tensors.
 _DATA_KEYS = {"images", "labels", "data", "x", "y", "inputs", "targets", "features", "samples",
               "train", "test", "valid", "val", "train_x", "train_y", "test_x", "test_y"}
-
-
-def _root_name(node: cst.BaseExpression) -> str | None:
-    """`ckpt` for `ckpt`, `ckpt["model"]`, `ckpt.model`, `ckpt["a"]["b"]`."""
-    while isinstance(node, (cst.Subscript, cst.Attribute)):
-        node = node.value
-    return node.value if isinstance(node, cst.Name) else None
 
 
 def _literal_key(node: cst.Subscript) -> str | None:
