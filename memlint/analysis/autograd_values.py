@@ -525,6 +525,17 @@ class BackwardFlows:
         return any(container in f.resets for f in shared) and \
             any(container in f.reach for f in shared)
 
+    def backwarded_after(self, scope: cst.CSTNode, name: str,
+                         statement: cst.CSTNode | None) -> bool:
+        """Whether the value `name` holds when `statement` runs later reaches a
+        backward in the same function (`history.append(fake)`, then
+        `classifier(fake).mean().backward()`): that backward frees the tensors
+        its graph saved."""
+        flow = self._flows.get(id(scope))
+        stored_at = self._positions.get(id(statement), -1)
+        return flow is not None and any(start <= stored_at < end
+                                        for start, end in flow.reach.get(name, ()))
+
     # -- the walk -----------------------------------------------------------
     def _walk_scope(self, node: cst.CSTNode, body, params: list[str],
                     class_name: str | None) -> None:

@@ -275,6 +275,8 @@ class TensorHistoryKept(Rule):
                 continue  # loss terms summed over heads or scales, for a backward elsewhere
             if flows.consumed(frame.node, store.container, store.statement):
                 continue  # kept for a backward that follows
+            if _kept_for_its_data(store, value, flows, frame.node):
+                continue
             self.report(store.node, _message(store.stored, value, _code(store.target), store.verb),
                         store.statement, self._unless(store.value))
 
@@ -436,6 +438,33 @@ def _is_data_loop(loop: cst.CSTNode) -> bool:
         return True
     header = _code(loop.target, limit=200) + " in " + _code(loop.iter, limit=200)
     return _DATA_LOOP.search(header) is not None
+
+
+def _kept_for_its_data(store: _Store, value: Value, flows: BackwardFlows,
+                       scope: cst.CSTNode) -> bool:
+    """A tensor (not a scalar loss) added to a list, whose graph a backward in
+    the same iteration then consumes (`history.append(fake)` before
+    `classifier(fake).mean().backward()`, a GAN's or an attack's images kept
+    to show): the backward frees the tensors its graph saved, so what the list
+    keeps is the images themselves, wanted, and `.detach()` would save nothing
+    of note. Running sums and concatenations are not this: each step's graph
+    nodes chain onto the last."""
+    if value.scalar or store.verb not in _LIST_GROWTH:
+        return False
+    stored = store.stored
+    if store.verb == "add":  # `history += [fake]`
+        if not isinstance(stored, (cst.List, cst.Tuple)):
+            return False
+        parts = [element.value for element in stored.elements]
+    else:
+        parts = [stored]
+    names = [dotted_name(part) for part in parts]
+    return bool(names) and all(name is not None and
+                               flows.backwarded_after(scope, name, store.statement)
+                               for name in names)
+
+
+_LIST_GROWTH = {"append", "extend with", "insert", "add"}
 
 
 def _container_name(node: cst.BaseExpression) -> str | None:
