@@ -21,6 +21,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
+from memlint.analysis.models import built_kind, unchained
 from memlint.analysis.names import dotted_name
 
 GPU, STAY, UNKNOWN = "gpu", "stay", "unknown"
@@ -56,6 +57,9 @@ class Flow:
     #: functions of other modules given one, as imported (`val_2D.test_single_volume`)
     handed_out: list[tuple[str, int | str]] = field(default_factory=list)
     unknown: bool = False  # one goes to code nobody can follow (a method of another object)
+    #: the function whose parameter or local variable the loop iterates (None:
+    #: a global, an attribute): a loader local to another function is another loader
+    owner: cst.FunctionDef | None = None
 
 
 class ValueFlows:
@@ -81,7 +85,7 @@ class ValueFlows:
                 flow.names.update(names_in(node.target))
         iterated = iterated_name(node.iter)
         if iterated is not None:
-            loop = Flow(iterated, set(names_in(node.target)))
+            loop = Flow(iterated, set(names_in(node.target)), owner=local_owner(self.ctx, iterated))
             self.loops.append(loop)
             self._open[node] = [loop]
 
@@ -122,6 +126,18 @@ class ValueFlows:
                 else:
                     flow.names.difference_update(targets)
 
+    def visit_Yield(self, node: cst.Yield) -> None:
+        """`for x, y in loader: yield x, y`: the batches go to whoever
+        iterates the generator, which nobody here follows."""
+        value = node.value
+        if not self._open or value is None or isinstance(value, cst.From):
+            return
+        parts = {part_of(e.value) for e in value.elements} \
+            if isinstance(value, cst.Tuple) else {part_of(value)}
+        for flow in self._open_flows():
+            if parts & flow.names:
+                flow.unknown = True
+
     def visit_Call(self, node: cst.Call) -> None:
         """Is a followed value, or a part of one, copied to a CUDA device, or
         handed to a function (of this module, of another, or unknown)?"""
@@ -140,7 +156,9 @@ class ValueFlows:
             flows = [f for f in flows if receiver in f.names]
         moved = moves_to_cuda(node, self.ctx) if receiver is not None else False
         imported = self.ctx.qualify(func)  # `from val_2D import test_single_volume`
-        local = _local_callee(func) if imported is None else None
+        local = self._local_callee(func) if imported is None else None
+        if local is _MOVES_NOTHING:
+            return
         for flow in flows:
             if receiver in flow.names:
                 flow.moved |= moved
@@ -162,6 +180,23 @@ class ValueFlows:
                     flow.handed_out.append((imported, slot))
                 elif imported is None:
                     flow.unknown = True
+
+    def _local_callee(self, func: cst.BaseExpression):
+        """The function of this module a call runs (`net(x)` after `net =
+        linreg` runs `linreg`), or `_MOVES_NOTHING` for a module or loss built
+        right here (`net = nn.Sequential(...)`, `criterion =
+        nn.CrossEntropyLoss()`, `net = Net()`): calling one computes on its
+        inputs where they are and moves none of them, unlike DataParallel and
+        DistributedDataParallel, which scatter their inputs to the GPUs."""
+        if not isinstance(func, cst.Name):
+            return _local_callee(func)
+        bound = self.ctx.resolve(func)
+        if isinstance(bound, cst.Name):
+            return bound.value
+        built = unchained(bound)
+        if built_kind(built, self.ctx) is None or "DataParallel" in _called_name(built):
+            return func.value
+        return _MOVES_NOTHING
 
     def _open_flows(self) -> list[Flow]:
         return [flow for flows in self._open.values() for flow in flows]
@@ -204,6 +239,28 @@ class ValueFlows:
                 facts[name] = tuple(verdict if not out else UNKNOWN
                                     for verdict, out in map(self.verdict, definitions[0]))
         return facts
+
+
+#: What `_local_callee` answers for a call that moves none of its arguments.
+_MOVES_NOTHING = object()
+
+
+def _called_name(call: cst.BaseExpression) -> str:
+    return (dotted_name(call.func) or "") if isinstance(call, cst.Call) else ""
+
+
+def local_owner(ctx: Context, name: str) -> cst.FunctionDef | None:
+    """The function `name` is a parameter or a local variable of, here; None
+    for a global, an attribute, or code outside functions."""
+    function = ctx.function
+    if function is None or "." in name or ctx.scope.node is not function:
+        return None
+    scope = ctx.scope
+    if name in scope.bindings or name in scope.loop_targets:
+        return function
+    params = function.params
+    return function if any(p.name.value == name for p in (
+        *params.posonly_params, *params.params, *params.kwonly_params)) else None
 
 
 def _assigned_names(node: cst.Assign) -> set[str]:

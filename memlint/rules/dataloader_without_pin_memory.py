@@ -10,7 +10,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
-                                    iterated_name)
+                                    iterated_name, local_owner)
 from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs
 from memlint.analysis.project import (Either, FactCollector, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
@@ -40,6 +40,7 @@ class _Loader(NamedTuple):
     dataset_class: str | None  # what builds its dataset (`FaceDataset(...)`)
     escapes: bool  # returned by the function that builds it (`get_loader()`), or kept on `self`
     assigned: str | None  # the name it is assigned to (`self.train_loader`)
+    owner: cst.FunctionDef | None  # the function it is a local variable of
 
 
 def _on_cuda(value: cst.BaseExpression, ctx) -> bool:
@@ -166,7 +167,9 @@ class DataLoaderWithoutPinMemory(Rule):
         self.gpu_dataset_classes: set[str] = set()
         self.flows = ValueFlows.of(ctx)  # where the batches of each loop go
         self.single_batch_reads: Counter[str] = Counter()  # `next(iter(loader))` at the top level
-        self.passed_names: set[str] = set()  # names handed to a call (`fit(model, loader)`)
+        #: names handed to a call (`fit(model, loader)`), each with the
+        #: function it is a local variable of (None: a global, an attribute)
+        self.passed_names: set[tuple[str, cst.FunctionDef | None]] = set()
         self.returned_names: set[str] = set()  # names a function returns (`return loader`)
         #: how often each identifier is read or written in the module, to tell a
         #: loader that is never used again
@@ -184,7 +187,8 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if not (isinstance(node.func, cst.Name) and node.func.value in HARMLESS_BUILTINS):
-            self.passed_names.update(filter(None, (dotted_name(a.value) for a in node.args)))
+            self.passed_names.update((name, local_owner(self.ctx, name)) for name in
+                                     filter(None, (dotted_name(a.value) for a in node.args)))
         if _reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
             self.single_batch_reads[iterated_name(node.args[0].value)] += 1
         if self.ctx.qualify(node.func) in _DATALOADERS:
@@ -232,8 +236,9 @@ class DataLoaderWithoutPinMemory(Rule):
         escapes = self.ctx.function is not None and (
             any(isinstance(a, cst.Return) for a in self.ctx.ancestors)
             or (assigned or "").startswith("self."))
+        owner = self.ctx.function if assigned is not None and "." not in assigned else None
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
-                                     dataset_class, escapes, assigned))
+                                     dataset_class, escapes, assigned, owner))
 
     def _no_host_tensors(self, dataset: cst.BaseExpression) -> bool:
         """A dataset whose items are not host tensors to pin: indices
@@ -273,7 +278,8 @@ class DataLoaderWithoutPinMemory(Rule):
                                      or self.ctx.path.endswith(".ipynb"))
         return name if local else None
 
-    def _where_batches_go(self, loader: str | None) -> tuple[str, list[tuple[str, int | str]]]:
+    def _where_batches_go(self, loader: str | None, owner: cst.FunctionDef | None,
+                          ) -> tuple[str, list[tuple[str, int | str]]]:
         """GPU when a loop over the loader copies a batch to a CUDA device, STAY
         when every loop over it keeps its batches on the host (turned into
         numpy, strings, new tensors) or it is only read once, else UNKNOWN (not
@@ -284,11 +290,11 @@ class DataLoaderWithoutPinMemory(Rule):
             return UNKNOWN, []
         verdicts, handed_out = set(), []
         for loop in self.flows.loops:
-            if loop.name == loader:
+            if loop.name == loader and loop.owner is owner:
                 verdict, out = self.flows.verdict(loop)
                 verdicts.add(verdict)
                 handed_out += out
-        if loader in self.passed_names:
+        if (loader, owner) in self.passed_names:
             verdicts.add(UNKNOWN)  # handed to code that may iterate it elsewhere
         if verdicts:
             return (GPU if GPU in verdicts else UNKNOWN if UNKNOWN in verdicts else STAY,
@@ -300,10 +306,11 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
-        for node, statement, written, target, dataset_class, escapes, assigned in self.unpinned:
+        for node, statement, written, target, dataset_class, escapes, assigned, owner \
+                in self.unpinned:
             if target is not None and self.identifiers[target] <= 1:
                 continue  # built and never used: no batch of it is ever copied
-            batches, handed_out = self._where_batches_go(assigned)
+            batches, handed_out = self._where_batches_go(assigned, owner)
             if batches == STAY and not handed_out:
                 continue  # its loops copy no batch to the GPU, or it is read once
             if dataset_class in self.gpu_dataset_classes:
