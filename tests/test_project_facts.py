@@ -48,6 +48,26 @@ def test_relative_and_module_imports_name_the_same_function(tmp_path):
     assert codes(tmp_path) == []
 
 
+@pytest.mark.parametrize("importing, call, grad_off, reported", [
+    ("from .utils import evaluate", "evaluate", True, False),
+    ("from . import utils", "utils.evaluate", True, False),
+    ("from .utils import evaluate as run_eval", "run_eval", True, False),
+    ("from .utils import evaluate", "evaluate", False, True),
+])
+def test_a_relative_import_names_the_function_it_imports(tmp_path, importing, call, grad_off,
+                                                           reported):
+    """melgan's `from .validation import validate`, called under no_grad."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "utils.py").write_text(EVALUATE)
+    body = f"    {call}(model, loader)\n"
+    (package / "train.py").write_text(
+        f"import torch\n{importing}\ndef fit(model, loader):\n"
+        + ("    with torch.no_grad():\n    " + body if grad_off else body))
+    assert codes(tmp_path) == ([("utils.py", 4, "MEM004")] if reported else [])
+
+
 def test_checked_alone_the_helper_is_judged_on_what_its_file_shows():
     assert [f.code for f in check_source(EVALUATE, "utils.py")] == ["MEM004"]
 

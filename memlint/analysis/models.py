@@ -45,7 +45,7 @@ MODEL_NAME = re.compile(r"^((\w+_)?(model|net|network|encoder|decoder|generator|
                         r"net_?[gd]|[gd]|[gd]_?net|gen|disc)$", re.IGNORECASE)
 #: Functions that build or load a module (`create_model(...)`, `timm.create_model`).
 MODEL_FACTORY = re.compile(r"(create_model|get_model|build_model|load_model|from_pretrained|"
-                           r"^torchvision\.models\.\w+|^timm\.\w+)$")
+                           r"^torchvision\.models\.[\w.]+|^timm\.\w+)$")
 #: A name that starts with a verb names a function, not a module instance:
 #: `evaluate_model`, `pick_action_and_get_critic_values`, `build_net`.
 _VERB_FIRST = re.compile(r"^_*(get|pick|select|choose|compute|calc|calculate|make|build|create|"

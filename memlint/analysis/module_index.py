@@ -22,6 +22,10 @@ from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
 
 _PARTIAL = {"functools.partial", "functools.partialmethod"}
+#: nn.Module's own methods: `obj.eval()` on an object of unknown class is one of
+#: these, not whichever class of the file defines a method of that name.
+_MODULE_API = {"eval", "train", "to", "cuda", "cpu", "half", "float", "double", "zero_grad",
+               "parameters", "state_dict", "load_state_dict", "requires_grad_", "apply"}
 
 
 @dataclass(eq=False)
@@ -225,7 +229,11 @@ class ModuleIndex:
         if self._sites_by_callee is None:
             self._sites_by_callee = {}
             for site in self.calls:
-                for callee in self.callees(site, loose=True):
+                # `self.embedder.eval()` is nn.Module's eval, not a project
+                # class's own `eval` method that happens to share the name
+                loose = not (isinstance(site.node.func, cst.Attribute)
+                             and site.node.func.attr.value in _MODULE_API)
+                for callee in self.callees(site, loose=loose):
                     self._sites_by_callee.setdefault(callee, []).append(site)
         return self._sites_by_callee.get(function, [])
 

@@ -198,9 +198,22 @@ class FactCollector:
         #: per function being walked: the method names it calls (with grad off
         #: there or not), and whether it back-propagates
         self._functions: list[tuple[list[tuple[str, bool]], list[bool]]] = []
+        #: names bound by relative imports (`from .validation import validate`:
+        #: `validate` -> `.validation.validate`), which the import table leaves out
+        self._relative: dict[str, str] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(([], [False]))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if not node.relative or isinstance(node.names, cst.ImportStar):
+            return
+        package = "." * len(node.relative) + (dotted_name(node.module) or "" if node.module else "")
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            local = dotted_name(alias.asname.name) if alias.asname else name
+            if name and local:
+                self._relative[local] = f"{package}.{name}" if node.module else package + name
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         methods, trains = self._functions.pop()
@@ -221,10 +234,15 @@ class FactCollector:
             return
         if written.endswith(".add_argument"):
             self._note_cuda_option(node)
-        callee = self.ctx.names.qualify_name(written) or written
+        callee = self.ctx.names.qualify_name(written) or self._relatively(written) or written
         if callee.startswith(("self.", "cls.", "torch.")):
             return
         self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written))
+
+    def _relatively(self, written: str) -> str | None:
+        head, _, rest = written.partition(".")
+        full = self._relative.get(head)
+        return None if full is None else f"{full}.{rest}" if rest else full
 
     def _note_method_call(self, method: str) -> None:
         if not self._functions:

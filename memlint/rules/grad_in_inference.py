@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
-from memlint.analysis.models import CHAINED, constructed_kind, is_loss_name, unchained
+from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import (Either, FactCollector, UnlessCalledToTrain,
                                       UnlessCallersDisableGrad, UnlessProjectOnCpu)
@@ -210,10 +210,16 @@ class GradInInference(Rule):
         self.pending: list[_Unit] = []
         self.grad_users: set[cst.CSTNode] = set()  # functions that call backward() & co.
         self.volatile_units: list[_Unit] = []
+        #: names anything calls `.to()`, `.cuda()` or `.cpu()` on, anywhere in the file
+        self.placed: set[str] = set()
+        self.module_scope = None  # the file's top-level bindings, kept for finish()
 
     @property
     def unit(self) -> _Unit:
         return self.units[-1]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.module_scope = self.ctx.scope
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.units.append(_Unit(node, self.index.current_class))
@@ -265,6 +271,7 @@ class GradInInference(Rule):
             name = dotted_name(func.value)
             if name:
                 self.unit.on_gpu[name] = moves_to_cuda(node, self.ctx)
+                self.placed.add(name)
         if self.unit.volatile_names and not self.unit.volatile_fed and any(
                 dotted_name(a.value) in self.unit.volatile_names for a in node.args) \
                 and self._called_module(node) is not None:
@@ -362,6 +369,32 @@ class GradInInference(Rule):
                 or built in self.index.functions_by_name  # `net = densenet_cifar()`, defined here
                 or constructed_kind(value, self.ctx) == "module")
 
+    def _global_on_host(self, module: str) -> bool:
+        """A model bound once at the file's top level, by building it
+        (`detection = maskrcnn_resnet50_fpn(pretrained=True)`), that nothing in
+        the file moves (`.to()`, `.cuda()`), wraps or hands to any call: it
+        stays on the CPU, wherever the file runs its forward. A notebook's
+        CPU demo, not inference on a GPU."""
+        scope = self.module_scope
+        if scope is None or "." in module or module in self.placed:
+            return False
+        site = scope.sites.get(module)
+        if site is None or site.previous is not None or site.unpacked_from is not None:
+            return False
+        value = site.value
+        chain = value
+        while isinstance(chain, cst.Call) and isinstance(chain.func, cst.Attribute) \
+                and chain.func.attr.value in CHAINED:
+            if chain.func.attr.value in ("to", "cuda"):
+                return False
+            chain = chain.func.value
+        if not isinstance(chain, cst.Call) or call_arg(chain, "device") is not None \
+                or "DataParallel" in (dotted_name(chain.func) or "") \
+                or built_kind(chain, self.ctx) != "module":
+            return False
+        return not any(isinstance(expr, cst.Name) and expr.value == module
+                       for expr, _ in self.index.escaped)
+
     def _names_function(self, name: str, class_name: str | None) -> bool:
         """`_assert_model(...)`, `random_data_generator(...)`: a function of this
         module (or a method of this class, through `self.`) named like a model."""
@@ -420,7 +453,7 @@ class GradInInference(Rule):
             return  # mxnet / TensorFlow / JAX code records no graph outside its tapes
         reported: set[int] = set()
         for unit in self.pending:
-            if unit.wants_grad or self._left_alone(unit):
+            if unit.wants_grad or self._left_alone(unit) or self._global_on_host(unit.forward[2]):
                 continue
             reported.add(id(unit))
             call, statement, module = unit.forward
