@@ -320,7 +320,8 @@ class TensorHistoryKept(Rule):
         if not isinstance(class_def, cst.ClassDef):
             return False
         return any(self.ctx.qualify(base.value) in _MODULE_BASES
-                   or dotted_name(base.value) in _MODULE_BASES for base in class_def.bases)
+                   or dotted_name(base.value) in _MODULE_BASES for base in class_def.bases) \
+            or _defines_forward(class_def)
 
     # -- what functions return -------------------------------------------------
     def visit_Return(self, node: cst.Return) -> None:
@@ -465,6 +466,14 @@ def _kept_for_its_data(store: _Store, value: Value, flows: BackwardFlows,
 
 
 _LIST_GROWTH = {"append", "extend with", "insert", "add"}
+
+
+def _defines_forward(class_def: cst.ClassDef) -> bool:
+    """A class with its own `forward` is a module whatever its base (RecBole's
+    `KGCN(KnowledgeRecommender)`, the base in another file): its methods are
+    the model's code."""
+    return any(type(statement) is cst.FunctionDef and statement.name.value == "forward"
+               for statement in class_def.body.body)
 
 
 def _container_name(node: cst.BaseExpression) -> str | None:
