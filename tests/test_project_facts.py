@@ -200,3 +200,24 @@ def test_a_distributed_import_never_called_does_not_make_ranks():
     assert "every rank" not in check_source(source)[0].message
     launched = source + "net = DDP(net)\n"
     assert "every rank" in check_source(launched)[0].message
+
+
+@pytest.mark.parametrize("saved, reported", [
+    ("self.args", False),  # the command-line arguments: no tensors
+    ("{k: v.cpu() for k, v in self.model.state_dict().items()}", False),
+    ("self.model.state_dict()", True),  # the GPU model's own state
+])
+def test_a_file_saved_by_another_module_is_judged_by_what_it_holds(tmp_path, saved, reported):
+    """R-BERT: trainer.py saves `training_args.bin`, predict.py loads it."""
+    (tmp_path / "trainer.py").write_text(
+        "import os\nimport torch\n"
+        "class Trainer:\n    def __init__(self, args, model):\n"
+        "        self.args, self.model = args, model.cuda()\n"
+        "    def save(self):\n"
+        f"        torch.save({saved}, os.path.join(self.args.model_dir, 'training_args.bin'))\n")
+    (tmp_path / "predict.py").write_text(
+        "import os\nimport torch\n"
+        "def get_args(config):\n"
+        "    return torch.load(os.path.join(config.model_dir, 'training_args.bin'))\n"
+        "x = torch.zeros(1).cuda()\n")
+    assert codes(tmp_path) == ([("predict.py", 4, "MEM007")] if reported else [])

@@ -85,6 +85,10 @@ class ModuleFacts:
     #: them (files it walks: those with a loop): True a value with autograd
     #: history, False none, None cannot tell
     returns: dict[str, bool | None] = field(default_factory=dict)
+    #: files it writes with `torch.save`, by the file name written in the path
+    #: (`"training_args.bin"`), each with whether every save of it holds no
+    #: GPU tensors (CPU values, command-line arguments), as MEM007 saw them
+    saves: dict[str, bool] = field(default_factory=dict)
 
 
 def module_name(path: str, root: str | None = None) -> str:
@@ -325,6 +329,19 @@ class UnlessNoImporterCopiesToCuda(Condition):
     def drops(self, project: Project) -> bool:
         return not any(importer.copies_to_device and project.cuda_near(importer.module)
                        for importer in project.importers_of(self.module))
+
+
+@dataclass(frozen=True)
+class UnlessSavedWithoutGpuTensors(Condition):
+    """A file loaded by a name written in its path (`training_args.bin`):
+    dropped when the project saves a file of that name, and every such save
+    holds no GPU tensors."""
+
+    file: str
+
+    def drops(self, project: Project) -> bool:
+        verdicts = [facts.saves[self.file] for facts in project.modules if self.file in facts.saves]
+        return bool(verdicts) and all(verdicts)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.flows import root_name
 from memlint.analysis.names import call_arg, dotted_name
-from memlint.analysis.project import FactCollector, UnlessProjectOnCpu
+from memlint.analysis.project import (Either, FactCollector, UnlessProjectOnCpu,
+                                      UnlessSavedWithoutGpuTensors)
 from memlint.rules.base import Rule
 
 _LOADERS = {"torch.load", "torch.serialization.load"}
@@ -30,7 +31,7 @@ class LoadWithoutMapLocation(Rule):
 
     code = "MEM007"
     name = "load-without-map-location"
-    keywords = ("load",)
+    keywords = ("load", "save")  # saves too: what a file saves tells the loads of others
 
     RANKS = ("torch.load() without map_location in a multi-process job: every rank restores "
              "the checkpoint onto the GPU it was saved from (usually cuda:0), one copy per "
@@ -130,10 +131,17 @@ class LoadWithoutMapLocation(Rule):
             self.starts_ranks = node
         self._note_model_use(node)
         if qualified in _SAVERS and len(node.args) >= 2:
-            key = _path_key(node.args[1].value)
+            saved, path = node.args[0].value, node.args[1].value
+            on_cpu = _saves_cpu_values(saved, self.ctx, self.moved_to_gpu) \
+                or _holds_arguments(saved)
+            key = _path_key(path)
             if key is not None:
-                on_cpu = _saves_cpu_values(node.args[0].value, self.ctx, self.moved_to_gpu)
                 (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
+            file = _file_named(path)
+            collector = FactCollector.of(self.ctx)
+            if file is not None and collector is not None:
+                saves = collector.facts.saves
+                saves[file] = saves.get(file, True) and on_cpu
             return
         if qualified not in _LOADERS:
             return
@@ -186,7 +194,12 @@ class LoadWithoutMapLocation(Rule):
                 continue  # a data set saved as tensors (`d["images"]`, `TensorDataset(...)`)
             copied = direct or (model is not None and model in self.copied_into_modules)
             message = self.RANKS if distributed else self.COPIED if copied else self.RESTORED
-            self.report(node, message, statement, UnlessProjectOnCpu.here(self.ctx),
+            unless = UnlessProjectOnCpu.here(self.ctx)
+            file = _file_named(node.args[0].value) if node.args else None
+            if file is not None and path not in self.saved_maybe_gpu:
+                # saved by another file of the project, perhaps from CPU values
+                unless = Either((unless, UnlessSavedWithoutGpuTensors(file)))
+            self.report(node, message, statement, unless,
                         related=[(self.starts_ranks, "the program runs as several ranks "
                                                      "(processes) here; each one loads")]
                         if distributed and self.starts_ranks is not None else [])
@@ -204,6 +217,8 @@ class LoadWithoutMapLocation(Rule):
         if any(_DATA_FILE.search(name) for name in names if name):
             return True
         function = self.ctx.function
+        if function is not None and _reads_samples(self.ctx.class_def):
+            return True  # a Dataset reading one sample's file, not a checkpoint
         return (function is not None and function.name.value == "__init__"
                 and self.ctx.class_def is not None)
 
@@ -273,11 +288,43 @@ def _literal_key(node: cst.Subscript) -> str | None:
 
 
 def _path_key(node: cst.BaseExpression) -> str | None:
-    """A path expression as text, to pair a load with the save of the same file."""
+    """A path expression as text, to pair a load with the save of the same
+    file: the literal, the name (`args.out`), or the file name written inside
+    it (`os.path.join(args.model_dir, "training_args.bin")`)."""
     text = string_value(node)
     if text:
         return text
-    return dotted_name(node)
+    return dotted_name(node) or _file_named(node)
+
+
+def _reads_samples(class_def: cst.ClassDef | None) -> bool:
+    """A class with `__getitem__`: a data set, whose methods read samples."""
+    return class_def is not None and any(
+        type(statement) is cst.FunctionDef and statement.name.value == "__getitem__"
+        for statement in class_def.body.body)
+
+
+def _file_named(node: cst.BaseExpression) -> str | None:
+    """The file name a path expression spells out, if one: `best.pt` for
+    `"runs/best.pt"` and `os.path.join(out, "best.pt")`; None for a bare
+    name or a folder."""
+    for literal in reversed(_strings_in(node)):
+        text = string_value(literal) or ""
+        name = text.replace("\\", "/").rsplit("/", 1)[-1]
+        if "." in name.strip("."):
+            return name
+    return None
+
+
+#: What holds a program's settings (an argparse Namespace, a config), not tensors.
+_ARGUMENTS = {"args", "training_args", "train_args", "config", "cfg", "hparams", "opt", "opts",
+              "options", "hyperparams"}
+
+
+def _holds_arguments(node: cst.BaseExpression) -> bool:
+    """`torch.save(self.args, ...)`: the command-line arguments, no tensors."""
+    name = dotted_name(node)
+    return name is not None and name.rsplit(".", 1)[-1] in _ARGUMENTS
 
 
 def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str]) -> bool:
