@@ -65,8 +65,11 @@ class ImportTable:
         #: modules of `from torch import *` (see STAR_EXPORTS); names rebound since
         self._star_modules: list[str] = []
         self._rebound: set[str] = set()
+        #: bumped on every change, so that answers can be kept until the next
+        self.changes = 0
 
     def add_import(self, node: cst.Import) -> None:
+        self.changes += 1
         for alias in node.names:
             full = _module_path(alias.name)
             if alias.asname is not None:
@@ -78,6 +81,7 @@ class ImportTable:
                 self._aliases[top] = top
 
     def add_import_from(self, node: cst.ImportFrom) -> None:
+        self.changes += 1
         if node.relative or node.module is None:
             return
         module = _module_path(node.module)
@@ -95,6 +99,7 @@ class ImportTable:
 
     def forget(self, local: str) -> None:
         """A name rebound by assignment no longer means the import."""
+        self.changes += 1
         self._aliases.pop(local, None)
         self._rebound.add(local)
 
