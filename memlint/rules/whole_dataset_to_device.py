@@ -73,6 +73,8 @@ def _words(name: str) -> list[str]:
 def _name_evidence(name: str) -> int:
     """How surely a variable name holds a whole data set, from its words alone."""
     parts = [p for p in name.split(".") if p not in ("self", "cls")]
+    if len(parts) > 1 and not _data_like(parts[-1]):
+        return NONE  # an attribute of a data set (`TRAIN_DATASET.labelweights`), not its data
     words = {w for part in parts for w in _words(part)}
     words |= {part.lower().replace("_", "") for part in parts}
     if words & _DATASET_WORDS or (words & _SPLITS and words & _DATA_WORDS):
@@ -82,6 +84,13 @@ def _name_evidence(name: str) -> int:
     if words & _WEAK_DATA_WORDS or (parts and parts[-1] in ("X", "Y", *_SPLIT_NAMES)):
         return WEAK
     return UNKNOWN
+
+
+def _data_like(part: str) -> bool:
+    """Whether one part of a dotted name could name data (`x`, `train_data`, `targets`)."""
+    words = {*_words(part), part.lower().replace("_", "")}
+    return bool(words & (_DATA_WORDS | _DATASET_WORDS | _SPLITS | _WEAK_DATA_WORDS)) \
+        or part in ("X", "Y")
 
 
 class WholeDatasetToDevice(Rule):
@@ -554,6 +563,8 @@ class WholeDatasetToDevice(Rule):
         if isinstance(first, cst.Slice) and any(
                 isinstance(bound, cst.Integer) for bound in (first.lower, first.upper)):
             return True
+        if isinstance(first, cst.Index) and _literal_rows(first.value):
+            return True  # `dataset[0]`, `dataset[torch.tensor([1])]`: a row or two
         for element in node.slice:
             for name in _names_in(element.slice):
                 words = set(_words(name))
@@ -583,6 +594,16 @@ class _Move:
     targets: frozenset[str]  # the names the result is assigned to
     place: _Place
     helper: str = ""  # ` by batchify()`: the same-module helper that moves it
+
+
+def _literal_rows(index: cst.BaseExpression) -> bool:
+    """`0`, `[1, 2]`, `torch.tensor([1])`: rows picked by number."""
+    if isinstance(index, cst.Call) and len(index.args) == 1:
+        index = index.args[0].value
+    if isinstance(index, (cst.List, cst.Tuple)):
+        return bool(index.elements) and all(isinstance(e.value, cst.Integer)
+                                            for e in index.elements)
+    return isinstance(index, cst.Integer)
 
 
 def _puts_on_cuda(node: cst.BaseExpression, rule: WholeDatasetToDevice) -> bool:
