@@ -102,6 +102,11 @@ def test_source_as_one_string_and_windows_line_breaks():
     (["files = !ls *.pt", "a, b = %sx echo 1 2"], ["pass", "pass"]),
     (["for p in paths:", "    %time torch.load(p)"], ["for p in paths:", "    pass"]),
     (["model?", "torch.load??", "?torch"], ["pass", "pass", "pass"]),
+    # IPython's wildcard search (a tutorial's `torch.*Tensor?`)
+    (["torch.*Tensor?", "np.*load*?", "?*int*"], ["pass", "pass", "pass"]),
+    (["x = a * b", "y = x ** 2"], ["x = a * b", "y = x ** 2"]),
+    # automagic: `pip install` without its `%`
+    (["pip install -r requirements.txt", "pip = 3"], ["pass", "pip = 3"]),
     (["%%time", "x = torch.load(p)"], ["", "x = torch.load(p)"]),
     (["%%bash", "python -c 'torch.load(p)'"], ["", ""]),
     (["%%writefile train.py", "x = torch.load(p)"], ["", ""]),

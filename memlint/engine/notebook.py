@@ -43,11 +43,14 @@ PYTHON_CELL_MAGICS = frozenset({
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CELL_MAGIC = re.compile(r"\s*%%(?P<name>\w+)")
-# `%magic`, `!cmd`, `x = %magic`, `files = !ls`, `?obj`, `obj?`, `obj??`, matched
-# after the indentation (an indentation group overlapping `[...\s]+` takes
-# quadratic time on a long run of spaces)
+# `%magic`, `!cmd`, `x = %magic`, `files = !ls`, `?obj`, `obj?`, `obj??`, and
+# the wildcard search `torch.*Tensor?`, matched after the indentation (an
+# indentation group overlapping `[...\s]+` takes quadratic time on a long run
+# of spaces), and `pip install ...` (the %pip magic through automagic: two
+# names in a row are never Python)
 _IPYTHON_LINE = re.compile(
-    r"(?:(?:[\w.\[\]\s,]+=\s*)?[%!]|\?\??[\w.]*\s*$|[\w.]+\?\??\s*$)")
+    r"(?:(?:[\w.\[\]\s,]+=\s*)?[%!]|\?\??[\w.*]*\s*$|[\w.*]+\?\??\s*$|"
+    r"(?:pip|conda|mamba)\s+(?:install|uninstall)\b)")
 
 
 @dataclass(frozen=True)
