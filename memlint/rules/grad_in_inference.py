@@ -518,6 +518,31 @@ class GradInInference(Rule):
                 name = dotted_name(base) or ""
                 if name.endswith(_MODEL_BASE_SUFFIXES) and name not in self.index.classes:
                     return True  # a project's model base class from another file (`QueBaseModel`)
+            if self._builds_its_layers(info):
+                return True
+        return False
+
+    def _builds_its_layers(self, info) -> bool:
+        """A class whose `__init__` builds modules onto `self` (`self.mlp =
+        DNN(...).to(self.device)`, `self.fc = nn.Linear(...)`) and none of whose
+        methods back-propagates is a model, whatever its base (RecBole's
+        `DiffRec(GeneralRecommender)`, the base in another file); a trainer
+        that builds its model also runs the backward."""
+        init = info.methods.get("__init__")
+        if init is None or any(m.node in self.grad_users for m in info.methods.values()):
+            return False
+        pending: list[cst.CSTNode] = [init.node.body]
+        while pending:
+            node = pending.pop()
+            if type(node) is cst.Assign and any(
+                    (dotted_name(t.target) or "").startswith("self.") for t in node.targets):
+                built = unchained(node.value)
+                if isinstance(built, cst.Call) and (
+                        constructed_kind(built, self.ctx) == "module"
+                        or self._is_module_class(dotted_name(built.func) or "")):
+                    return True
+            elif not isinstance(node, cst.BaseExpression):
+                pending.extend(node.children)
         return False
 
     def _part_of_training(self, info) -> bool:
