@@ -73,7 +73,11 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
             return True
         return False if branches == (False, False) else None
     if isinstance(node, cst.Call):
-        qualified = ctx.qualify(node.func)
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "format":
+            template = string_value(func.value)  # `"cuda:{}".format(args.gpu)`
+            return _device_string(template) if template is not None else None
+        qualified = ctx.qualify(func)
         if qualified in _DEVICE_FACTORIES:
             first = call_arg(node, "type", position=0)
             return is_cuda_device(first.value, ctx, depth + 1) if first else None

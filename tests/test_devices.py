@@ -1,0 +1,57 @@
+"""The device a `.to(...)` names, as `analysis/devices.py` (its one owner) answers:
+True a CUDA device, False known not to be one, None cannot tell."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from memlint.analysis.context import Context
+from memlint.analysis.devices import is_cuda_device
+from memlint.analysis.names import ImportTable
+from memlint.analysis.walker import handlers_for, walk
+
+
+class _Probe:
+    """Asks about the argument of every `.to(...)`, where the call is."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.answers: list[bool | None] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "to" and node.args:
+            self.answers.append(is_cuda_device(node.args[0].value, self.ctx))
+
+
+def device_of_to(source: str) -> bool | None:
+    ctx = Context(ImportTable(), "example.py")
+    probe = _Probe(ctx)
+    walk(cst.parse_module(textwrap.dedent(source)), ctx,
+         handlers_for([probe], "visit_"), handlers_for([probe], "leave_"))
+    assert len(probe.answers) == 1
+    return probe.answers[0]
+
+
+@pytest.mark.parametrize("source, expected", [
+    ('import torch\nx.to("cuda:1")', True),
+    ('import torch\nx.to(torch.device("cpu"))', False),
+    # an if/else statement with a CUDA branch
+    ('import torch\nif torch.cuda.is_available():\n    d = torch.device("cuda")\n'
+     'else:\n    d = torch.device("cpu")\nx.to(d)', True),
+    ('import torch\nd = torch.accelerator.current_accelerator()\nx.to(d)', True),
+    ('import torch\nd = torch.device("cuda:{}".format(args.gpu))\nx.to(d)', True),
+    ('import torch\nx.to("cpu:{}".format(i))', False),
+    ('import torch\nx.to(f"cuda:{rank}")', True),
+    ('import torch\nx.to(torch.device(f"cuda:{args.local_rank}"))', True),
+    # set on args in another function, returned by a helper of another module
+    ('import torch\ndef train(args):\n    x.to(args.device)', True),
+    ('import torch\nfrom utils import get_device\nd = get_device()\nx.to(d)', True),
+    ('import torch\nx.to(torch.float16)', False),
+    ('import torch\nx.to(other.device)', None),
+    ('import torch\nimport torch_xla.core.xla_model as xm\nx.to(xm.xla_device())', False),
+])
+def test_the_device_a_move_names(source, expected):
+    assert device_of_to(source) is expected
