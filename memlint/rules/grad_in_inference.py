@@ -65,6 +65,9 @@ class _Unit:
     volatile_names: set[str] = field(default_factory=set)  # names bound to a volatile Variable
     volatile_fed: bool = False  # one is fed to a model (a DQN's target forward in a training step)
     wants_grad: bool = False
+    #: its first module forward with grad on, inference or not (a helper that
+    #: an eval function calls: `validate` -> `run_batch(model, x)`)
+    any_forward: tuple[cst.Call, str] | None = None
 
 
 class GradInInference(Rule):
@@ -212,6 +215,7 @@ class GradInInference(Rule):
         self.volatile_units: list[_Unit] = []
         #: names anything calls `.to()`, `.cuda()` or `.cpu()` on, anywhere in the file
         self.placed: set[str] = set()
+        self.finished: dict[cst.CSTNode, _Unit] = {}  # every function's unit, by its node
         self.module_scope = None  # the file's top-level bindings, kept for finish()
 
     @property
@@ -226,6 +230,7 @@ class GradInInference(Rule):
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         unit = self.units.pop()
+        self.finished[node] = unit
         if unit.wants_grad:
             self.grad_users.add(node)
         elif unit.forward is not None:
@@ -282,6 +287,8 @@ class GradInInference(Rule):
         if module is None or self._in_signature() or self._built_here_on_cpu(module) \
                 or self.ctx.in_cpu_branch():
             return
+        if self.unit.any_forward is None:
+            self.unit.any_forward = (node, module)
         if self.unit.evaluated.get(module) or (self.unit.node is not None and _is_inference_name(self.unit.node)):
             self.unit.forward = (node, self.statement(), module)
             if self.unit.node is None:
@@ -457,16 +464,8 @@ class GradInInference(Rule):
                 continue
             reported.add(id(unit))
             call, statement, module = unit.forward
-            unless = UnlessProjectOnCpu.here(self.ctx)
             info = self.index.info(unit.node) if unit.node is not None else None
-            if info is not None and info.class_name is None and not self.index.call_sites(info):
-                # called from other files only, perhaps all under no_grad
-                unless = Either((unless, UnlessCallersDisableGrad(
-                    FactCollector.of(self.ctx).facts.module, info.name)))
-            elif info is not None and not self.index.call_sites(info):
-                # a method called from other files, perhaps only by training steps
-                unless = Either((unless, UnlessCalledToTrain(
-                    FactCollector.of(self.ctx).facts.module, info.name)))
+            unless = self._unless(info)
             if unit.node is None:
                 where = f"after {module}.eval()"
             elif unit.evaluated.get(module):
@@ -482,11 +481,57 @@ class GradInInference(Rule):
                         related=[(unit.eval_calls[module], f"'{module}' is put in eval mode here")]
                         if unit.evaluated.get(module) else [])
 
+        self._report_inference_through_helpers()
         top = self.units[0]
         for unit in (*self.volatile_units, *([top] if top.volatile is not None else [])):
             if id(unit) not in reported and (not unit.wants_grad or unit.volatile_after_eval
                                              or unit.volatile_fed):
                 self._report_volatile(unit)
+
+    def _unless(self, info):
+        """What the rest of the project may show: a CPU project, callers in
+        other files that all disable grad, or that call a method only to train."""
+        unless = UnlessProjectOnCpu.here(self.ctx)
+        if info is not None and info.class_name is None and not self.index.call_sites(info):
+            # called from other files only, perhaps all under no_grad
+            unless = Either((unless, UnlessCallersDisableGrad(
+                FactCollector.of(self.ctx).facts.module, info.name)))
+        elif info is not None and not self.index.call_sites(info):
+            # a method called from other files, perhaps only by training steps
+            unless = Either((unless, UnlessCalledToTrain(
+                FactCollector.of(self.ctx).facts.module, info.name)))
+        return unless
+
+    def _report_inference_through_helpers(self) -> None:
+        """An eval function whose forward runs in a helper of this file
+        (`validate` puts the model in eval mode, then `run_batch(model, x)`
+        runs it): reported at the call, where `with torch.no_grad():` goes."""
+        for unit in self.finished.values():
+            if unit.forward is not None or unit.wants_grad or unit.class_name is not None \
+                    or not (any(unit.evaluated.values()) or _is_inference_name(unit.node)):
+                continue
+            name = unit.node.name.value
+            info = self.index.info(unit.node)
+            if info is None or self.index.grad_disabled_by_callers(info) or (
+                    name.lstrip("_").startswith("test") and self.ctx.in_test_file):
+                continue
+            for site in info.calls:
+                helper = next((self.finished[c.node] for c in self.index.callees(site)
+                               if c.node in self.finished), None)
+                if site.grad_disabled or helper is None or helper.any_forward is None \
+                        or helper.wants_grad or helper.forward is not None \
+                        or _is_inference_name(helper.node):
+                    continue
+                forward, module = helper.any_forward
+                called = helper.node.name.value
+                self.report(site.node, f"'{name}' runs inference through '{called}' with "
+                                       f"autograd on: '{module}' runs forward there and saves "
+                                       "every activation for a backward that never comes; wrap "
+                                       f"the call in `with torch.no_grad():` or decorate "
+                                       f"'{name}' with @torch.no_grad()",
+                            None, self._unless(info),
+                            related=[(forward, f"'{module}' runs forward here, in '{called}'")])
+                break
 
     def _left_alone(self, unit: _Unit) -> bool:
         if unit.node is None:
