@@ -177,19 +177,14 @@ def walk(module: cst.Module, ctx: Context, visitors: Handlers, leavers: Handlers
 
 def _plan(node_type: type, ctx: Context, visitors: Handlers, leavers: Handlers) -> tuple | None:
     """(visit handlers, context enter, leave action or None, child fields last first)."""
-    if not issubclass(node_type, cst.CSTNode):
+    shape = _shapes.get(node_type, _UNSEEN)
+    if shape is _UNSEEN:
+        shape = _shapes[node_type] = _shape(node_type)
+    if shape is None:
         return _SKIP
+    enter, context_leave, fields = shape
     visits = tuple(visitors.get(node_type, ()))
     leaves = tuple(leavers.get(node_type, ()))
-    enter, context_leave = context_handlers(node_type)
-    if node_type in _OPAQUE_TYPES:
-        fields: tuple = ()
-    elif node_type is cst.For:
-        fields = _FOR
-    elif node_type is cst.While:
-        fields = _WHILE
-    else:
-        fields = tuple(reversed(_child_fields(node_type)))
     if not fields and not visits and not leaves and enter is None and context_leave is None:
         return _SKIP  # never an ancestor of anything, seen by nothing
     leave = None
@@ -203,3 +198,24 @@ def _plan(node_type: type, ctx: Context, visitors: Handlers, leavers: Handlers) 
                 context_leave(ctx, node)
             pop_ancestor()
     return visits, enter, leave, fields
+
+
+#: what a plan takes from the node type alone, the same in every walk: None
+#: for values that are not nodes, else (context enter, context leave, fields)
+_shapes: dict[type, tuple | None] = {}
+_UNSEEN = object()
+
+
+def _shape(node_type: type) -> tuple | None:
+    if not issubclass(node_type, cst.CSTNode):
+        return None
+    enter, context_leave = context_handlers(node_type)
+    if node_type in _OPAQUE_TYPES:
+        fields: tuple = ()
+    elif node_type is cst.For:
+        fields = _FOR
+    elif node_type is cst.While:
+        fields = _WHILE
+    else:
+        fields = tuple(reversed(_child_fields(node_type)))
+    return enter, context_leave, fields
