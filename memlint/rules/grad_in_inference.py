@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
@@ -267,6 +267,8 @@ class GradInInference(Rule):
             return
         if method in ("eval", "train") and isinstance(func, cst.Attribute):
             name = dotted_name(func.value)
+            if name and method == "train" and not _is_false(node):
+                self._close_top_level_inference(name)
             if name:
                 self.unit.evaluated[name] = method == "eval" or _is_false(node)
                 if self.unit.evaluated[name]:
@@ -296,6 +298,19 @@ class GradInInference(Rule):
                 # that trains, then predicts)
                 self.unit.wants_grad = False
                 self.pending.append(self.unit)
+
+    def _close_top_level_inference(self, module: str) -> None:
+        """`cnn.train()` at a script's top level after an unguarded eval
+        forward of `cnn`: that inference phase is over, and a backward from
+        here on trains (a notebook that alternates training and evaluation
+        cells). The phase keeps its finding; the next one starts afresh."""
+        unit = self.unit
+        if unit.node is not None or unit.forward is None or unit.wants_grad \
+                or unit.forward[2] != module:
+            return
+        self.units[-1] = replace(unit, forward=None, evaluated=dict(unit.evaluated),
+                                 eval_calls=dict(unit.eval_calls), on_gpu=dict(unit.on_gpu),
+                                 volatile=None, volatile_names=set(), any_forward=None)
 
     def _feeds_a_model(self) -> bool:
         """The volatile Variable being built is an argument of a model's call
