@@ -221,3 +221,17 @@ def test_a_file_saved_by_another_module_is_judged_by_what_it_holds(tmp_path, sav
         "    return torch.load(os.path.join(config.model_dir, 'training_args.bin'))\n"
         "x = torch.zeros(1).cuda()\n")
     assert codes(tmp_path) == ([("predict.py", 4, "MEM007")] if reported else [])
+
+
+@pytest.mark.parametrize("decorated, reported", [(True, False), (False, True)])
+def test_a_model_whose_forward_disables_grad_in_another_file(tmp_path, decorated, reported):
+    """DiffVC: `model/vc.py` decorates `DiffVC.forward` with @torch.no_grad()."""
+    (tmp_path / "vc.py").write_text(
+        "import torch\nclass DiffVC(torch.nn.Module):\n"
+        + ("    @torch.no_grad()\n" if decorated else "")
+        + "    def forward(self, x):\n        return x * 2\n")
+    (tmp_path / "infer.py").write_text(
+        "import torch\nfrom vc import DiffVC\n"
+        "generator = DiffVC()\ngenerator = generator.cuda()\ngenerator.eval()\n"
+        "out = generator(torch.zeros(3).cuda())\n")
+    assert codes(tmp_path) == ([("infer.py", 6, "MEM004")] if reported else [])

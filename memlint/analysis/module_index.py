@@ -126,7 +126,7 @@ class ModuleIndex:
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         owner = self._stack[-1] if self._stack else None
         info = FunctionInfo(node, node.name.value, parent=self.current,
-                            grad_off_decorator=any(map(_names_grad_off, node.decorators)))
+                            grad_off_decorator=any(names_grad_off(d.decorator) for d in node.decorators))
         if isinstance(owner, ClassInfo):
             info.class_name = owner.name
             owner.methods.setdefault(info.name, info)
@@ -288,8 +288,9 @@ def _lambdas_in(function: FunctionInfo) -> Iterator[FunctionInfo]:
             yield from _lambdas_in(child)
 
 
-def _names_grad_off(decorator: cst.Decorator) -> bool:
-    expr = decorator.decorator
+def names_grad_off(expr: cst.BaseExpression) -> bool:
+    """`torch.no_grad()`, `@torch.inference_mode`, a project's
+    `smart_inference_mode()`: a decorator named like one that disables grad."""
     name = dotted_name(expr.func if isinstance(expr, cst.Call) else expr) or ""
     last = name.rsplit(".", 1)[-1].lower()
     return "no_grad" in last or "inference_mode" in last

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from memlint.analysis.context import Context
+from memlint.analysis.module_index import names_grad_off
 from memlint.analysis.names import dotted_name
 from memlint.finding import Finding, Related
 
@@ -89,6 +90,9 @@ class ModuleFacts:
     #: (`"training_args.bin"`), each with whether every save of it holds no
     #: GPU tensors (CPU values, command-line arguments), as MEM007 saw them
     saves: dict[str, bool] = field(default_factory=dict)
+    #: classes whose `forward` is decorated `@torch.no_grad()` (or
+    #: `inference_mode`): calling one records no graph
+    grad_off_forwards: set[str] = field(default_factory=set)
 
 
 def module_name(path: str, root: str | None = None) -> str:
@@ -208,6 +212,10 @@ class FactCollector:
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(([], [False]))
+        class_def = self.ctx.class_def
+        if node.name.value == "forward" and class_def is not None and any(
+                names_grad_off(d.decorator) for d in node.decorators):
+            self.facts.grad_off_forwards.add(class_def.name.value)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if not node.relative or isinstance(node.names, cst.ImportStar):
@@ -342,6 +350,17 @@ class UnlessSavedWithoutGpuTensors(Condition):
     def drops(self, project: Project) -> bool:
         verdicts = [facts.saves[self.file] for facts in project.modules if self.file in facts.saves]
         return bool(verdicts) and all(verdicts)
+
+
+@dataclass(frozen=True)
+class UnlessForwardDisablesGrad(Condition):
+    """A model built from a class of another file: dropped when the project
+    defines that class with a `forward` decorated `@torch.no_grad()`."""
+
+    class_name: str
+
+    def drops(self, project: Project) -> bool:
+        return any(self.class_name in facts.grad_off_forwards for facts in project.modules)
 
 
 @dataclass(frozen=True)

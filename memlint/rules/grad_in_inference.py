@@ -11,7 +11,8 @@ from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import (Either, FactCollector, UnlessCalledToTrain,
-                                      UnlessCallersDisableGrad, UnlessProjectOnCpu)
+                                      UnlessCallersDisableGrad, UnlessForwardDisablesGrad,
+                                      UnlessProjectOnCpu)
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.rules.base import Rule
 
@@ -68,6 +69,8 @@ class _Unit:
     #: its first module forward with grad on, inference or not (a helper that
     #: an eval function calls: `validate` -> `run_batch(model, x)`)
     any_forward: tuple[cst.Call, str] | None = None
+    #: the class the forwarded model was built from, where its binding shows it
+    forward_class: str | None = None
 
 
 class GradInInference(Rule):
@@ -293,11 +296,28 @@ class GradInInference(Rule):
             self.unit.any_forward = (node, module)
         if self.unit.evaluated.get(module) or (self.unit.node is not None and _is_inference_name(self.unit.node)):
             self.unit.forward = (node, self.statement(), module)
+            self.unit.forward_class = self._built_from(module)
             if self.unit.node is None:
                 # at the top level only a backward that follows counts (a script
                 # that trains, then predicts)
                 self.unit.wants_grad = False
                 self.pending.append(self.unit)
+
+    def _built_from(self, module: str) -> str | None:
+        """`DiffVC` for a model bound to `DiffVC(params).cuda()`."""
+        site = self.ctx.binding_site(module)
+        built = None
+        for _ in range(4):  # `g = DiffVC(p)`, then `g = g.cuda()`: back to where it was built
+            if site is None:
+                return None
+            built = unchained(site.value)
+            if dotted_name(built) != module or site.previous is None:
+                break
+            site = site.previous
+        if not isinstance(built, cst.Call):
+            return None
+        name = (dotted_name(built.func) or "").rsplit(".", 1)[-1]
+        return name if _CLASS_NAME.fullmatch(name) else None
 
     def _close_top_level_inference(self, module: str) -> None:
         """`cnn.train()` at a script's top level after an unguarded eval
@@ -477,10 +497,15 @@ class GradInInference(Rule):
         for unit in self.pending:
             if unit.wants_grad or self._left_alone(unit) or self._global_on_host(unit.forward[2]):
                 continue
-            reported.add(id(unit))
             call, statement, module = unit.forward
+            if self._forward_disables_grad(unit.forward_class):
+                continue
+            reported.add(id(unit))
             info = self.index.info(unit.node) if unit.node is not None else None
             unless = self._unless(info)
+            if unit.forward_class is not None and unit.forward_class not in self.index.classes:
+                # a class of another file, whose forward may disable grad itself
+                unless = Either((unless, UnlessForwardDisablesGrad(unit.forward_class)))
             if unit.node is None:
                 where = f"after {module}.eval()"
             elif unit.evaluated.get(module):
@@ -502,6 +527,12 @@ class GradInInference(Rule):
             if id(unit) not in reported and (not unit.wants_grad or unit.volatile_after_eval
                                              or unit.volatile_fed):
                 self._report_volatile(unit)
+
+    def _forward_disables_grad(self, class_name: str | None) -> bool:
+        """A class of this file whose `forward` is decorated `@torch.no_grad()`."""
+        info = self.index.classes.get(class_name) if class_name else None
+        forward = info.methods.get("forward") if info is not None else None
+        return forward is not None and forward.grad_off_decorator
 
     def _unless(self, info):
         """What the rest of the project may show: a CPU project, callers in
@@ -558,6 +589,8 @@ class GradInInference(Rule):
             return True  # a function defined further down the file, named like a model
         if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) and self._is_lightning(unit.class_name):
             return True
+        if unit.class_name and self._init_turns_grad_off(unit.class_name):
+            return True
         info = self.index.info(unit.node)
         if info is None:
             return False
@@ -565,6 +598,24 @@ class GradInInference(Rule):
                 self._part_of_training(info) or self._is_model_method(unit)):
             return True
         return self.index.grad_disabled_by_callers(info)
+
+    def _init_turns_grad_off(self, class_name: str) -> bool:
+        """`torch.set_grad_enabled(False)` called as a statement in the class's
+        `__init__` (YOLOv6's `Inferer`): grad is off for the thread from the
+        moment the object exists, so its methods run without autograd."""
+        info = self.index.classes.get(class_name)
+        init = info.methods.get("__init__") if info is not None else None
+        if init is None:
+            return False
+        for line in init.node.body.body:
+            if type(line) is not cst.SimpleStatementLine:
+                continue
+            for statement in line.body:
+                call = statement.value if type(statement) is cst.Expr else None
+                if isinstance(call, cst.Call) and self.ctx.names.qualify(call.func) in _SET_GRAD \
+                        and call.args and _is_false_literal(call.args[0].value):
+                    return True
+        return False
 
     def _is_model_method(self, unit: _Unit) -> bool:
         """`predict` / `full_sort_predict` of a model class: the model's own API,
@@ -639,6 +690,14 @@ def _is_volatile(call: cst.Call) -> bool:
     volatile = call_arg(call, "volatile")
     return volatile is not None and isinstance(volatile.value, cst.Name) \
         and volatile.value.value == "True"
+
+
+_SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
+             "torch.autograd.grad_mode.set_grad_enabled"}
+
+
+def _is_false_literal(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
 
 
 def _is_false(call: cst.Call) -> bool:
