@@ -27,6 +27,40 @@ class Related:
         return data
 
 
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text from (`line`, `column`) up to (`end_line`,
+    `end_column`), 1-based and end exclusive, with `content` (an insertion
+    when the two positions are the same)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
+
+
+#: A fix that cannot change what the program computes, only its memory or
+#: speed: applied by `--fix`.
+SAFE = "safe"
+#: A fix that might change what the program does (the user must review it):
+#: applied only with `--unsafe-fixes`.
+UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """How to rewrite the flagged code, and whether that is safe."""
+
+    applicability: str  # SAFE or UNSAFE
+    message: str
+    edits: tuple[Edit, ...]
+
+    def to_dict(self) -> dict:
+        return {"applicability": self.applicability, "message": self.message,
+                "edits": [asdict(edit) for edit in self.edits]}
+
+
 @dataclass(frozen=True, order=True)
 class Finding:
     """A rule's verdict on one place in one file.
@@ -51,15 +85,19 @@ class Finding:
     #: a `memlint.analysis.project.Condition` still to be decided once every
     #: file of the project is known (None: the finding stands)
     unless: Any = field(default=None, compare=False, repr=False)
+    #: the rewrite that removes the finding, where a sound one exists
+    fix: Fix | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict:
         """The JSON shape: the fields of DESIGN.md, `related` (always a list,
-        often empty), plus the cell for notebooks."""
+        often empty), `fix` (null when there is none), plus the cell for
+        notebooks."""
         data = asdict(self)
         del data["unless"]
         if self.cell is None:
             del data["cell"], data["cell_line"]
         data["related"] = [r.to_dict() for r in self.related]
+        data["fix"] = self.fix.to_dict() if self.fix is not None else None
         return data
 
 

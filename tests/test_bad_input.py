@@ -132,7 +132,7 @@ def test_a_five_megabyte_generated_file_finishes_when_the_size_limit_allows_it(t
     assert refused.returncode == 1
     assert refused.stdout == (f"{big}:1:1: MEM000 cannot read the file: it is larger than 2 MB "
                               f"(max-file-size); exclude it or raise the limit with "
-                              f"--max-file-size\n")
+                              f"--max-file-size\nFound 1 finding.\n")
 
 
 def test_a_symlink_loop_in_a_directory_is_walked_once(tmp_path, capsys):

@@ -56,7 +56,8 @@ def test_findings_exit_1_as_path_line_column_code_message(project, capsys):
     code, out, err = check(capsys, "train.py")
     assert code == 1 and err == ""
     assert out.startswith("train.py:3:9: MEM007 torch.load() without map_location")
-    assert out.count("\n") == 1
+    assert out.count("\n") == 2  # the finding, then the summary
+    assert out.endswith("\nFound 1 finding (1 more with --fix --unsafe-fixes).\n")
 
 
 def test_exit_zero_turns_findings_into_0_but_not_errors(project, capsys):
@@ -126,7 +127,7 @@ def test_statistics_count_each_code_after_the_findings(project, capsys):
     write(project / "b.py", SYNTAX_ERROR)
     code, out, _ = check(capsys, "--statistics", "a.py", "b.py")
     lines = out.splitlines()
-    assert code == 1 and len(lines) == 5
+    assert code == 1 and len(lines) == 6  # three findings, the summary, two counts
     assert lines[-2:] == ["    2  MEM007  load-without-map-location",
                           "    1  MEM000  syntax-error"]
 
@@ -149,7 +150,7 @@ def test_a_directory_is_walked_skipping_vcs_virtualenv_build_and_cache_folders(p
     write(project / "src" / "notes.txt", FLAGGED)
     code, out, _ = check(capsys, ".")
     assert code == 1
-    assert [line.split(":")[0] for line in out.splitlines()] == [
+    assert [line.split(":")[0] for line in out.splitlines()[:-1]] == [
         os.path.join(".", "src", "pkg", "train.py")]
 
 
@@ -174,7 +175,7 @@ def test_force_exclude_applies_excludes_to_files_named_explicitly(project, capsy
     write(project / "src" / "train.py", FLAGGED)
     code, out, _ = check(capsys, "--force-exclude", "--extend-exclude", "generated",
                          "build/train.py", "generated/model.py", "src/train.py")
-    assert code == 1 and out.startswith("src/train.py:3:9: MEM007") and out.count("\n") == 1
+    assert code == 1 and out.startswith("src/train.py:3:9: MEM007") and out.count("\n") == 2
 
 
 def test_stdin_is_read_for_a_dash_and_named_by_stdin_filename(project):

@@ -149,7 +149,7 @@ def console_alone(tmp_path_factory) -> list[str]:
     result = subprocess.run([sys.executable, "-m", "memlint", "check", "-j", "1", "."],
                             cwd=root, capture_output=True, timeout=60, check=False)
     assert result.returncode == 1 and result.stdout.count(b"MEM0") == 2
-    return result.stdout.decode().splitlines()
+    return [line for line in result.stdout.decode().splitlines() if not line.startswith("Found ")]
 
 
 @settings(FUZZ, max_examples=20 * SCALE)
@@ -176,6 +176,7 @@ def test_console_script_survives_and_never_writes(tmp_path_factory, console_alon
         shown = [f"{r['path']}:{r['line']}:{r['column']}: {r['code']} {r['message']}"
                  for r in json.loads(out) if not r["path"].endswith(name)]
     else:
-        shown = [line for line in out.splitlines() if not line.startswith(f"./{name}:")]
+        shown = [line for line in out.splitlines()
+                 if not line.startswith((f"./{name}:", "Found "))]
     assert shown == console_alone
     assert snapshot(root) == before

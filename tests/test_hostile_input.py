@@ -39,7 +39,9 @@ def tree(tmp_path) -> Path:
 
 
 def lines_of(result: subprocess.CompletedProcess) -> list[str]:
-    return result.stdout.decode("utf-8").splitlines()
+    """The finding lines (the text format ends with a "Found ..." summary)."""
+    return [line for line in result.stdout.decode("utf-8").splitlines()
+            if not line.startswith("Found ")]
 
 
 def assert_isolated(result, bad: str, *reasons: str) -> None:

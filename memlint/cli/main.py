@@ -11,12 +11,15 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from memlint import __version__
 from memlint.cli.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
                                 common_parent, find_pyproject, load_settings, parse_codes)
 from memlint.engine import Source, check_sources, discover_sources, size_limit
-from memlint.cli.reporters import FORMATS, display_path, statistics
+from memlint.engine.fixes import FileChanged, encode_like, fix_text, wanted, write_fixed
+from memlint.engine.source import check_source, decode
+from memlint.cli.reporters import FORMATS, display_path, fix_summary, statistics
 from memlint.rules import NAMES_BY_CODE
 from memlint.engine.settings import Settings
 
@@ -106,6 +109,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--max-file-memory", type=_budget("MB"), default=argparse.SUPPRESS, metavar="MB",
                        help="stop checking a file that needs more memory: one MEM000 finding "
                             "(default 2048; 0: no limit)")
+    check.add_argument("--fix", action="store_true",
+                       help="apply the safe fixes (those that cannot change what the program "
+                            "computes); with '-' the fixed source goes to stdout")
+    check.add_argument("--unsafe-fixes", action="store_true",
+                       help="with --fix or --diff, also apply the fixes that might change what "
+                            "the program does (review them)")
+    check.add_argument("--diff", action="store_true",
+                       help="print a unified diff of what --fix would change and write nothing "
+                            "(exit 1 when there is a change)")
     check.add_argument("--stdin-filename", metavar="PATH",
                        help="the name of the file read from stdin: shown in findings, "
                             "used to find its config and per-file-ignores; a name ending in "
@@ -172,10 +184,25 @@ def _check(options: argparse.Namespace) -> int:
     if stdin is not None:
         sources.append(stdin)
     report = check_sources(sources, settings, jobs=options.jobs or None)
+    if options.diff:
+        return _diff(report, sources, settings, options.unsafe_fixes)
+    fixed = 0
+    if options.fix:
+        fixed, sources = _fix(report, sources, settings, options.unsafe_fixes)
+        if fixed:  # what is left, where it now is
+            report = check_sources(sources, settings, jobs=options.jobs or None)
     for error in report.errors:
         print(f"memlint: internal error while checking {display_path(error.path)}: "
               f"{error.message} (a memlint bug; the other files were checked)", file=sys.stderr)
-    _write(FORMATS[options.format](report, __version__))
+    if options.fix and stdin is not None:
+        _write_bytes(sources[-1].data or b"")  # the fixed source; findings go to stderr
+        sys.stderr.write(FORMATS[options.format](report, __version__))
+    else:
+        _write(FORMATS[options.format](report, __version__))
+    if options.format == "text" and report.findings:
+        _write(fix_summary(report, fixed, options.unsafe_fixes))
+    elif options.format == "text" and fixed:
+        _write(f"Fixed {fixed} finding{'s' * (fixed != 1)}; none left.\n")
     if options.statistics and report.findings:
         counts = statistics(report)
         if options.format in _MACHINE_FORMATS:  # keep stdout one parseable document
@@ -187,6 +214,95 @@ def _check(options: argparse.Namespace) -> int:
     if report.findings and not options.exit_zero:
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _fixable(report, settings: Settings, unsafe: bool):
+    """The findings whose fixes `--fix` applies, by file."""
+    by_path: dict[str, list] = {}
+    for finding in report.findings:
+        if wanted(finding, unsafe):
+            by_path.setdefault(finding.path, []).append(finding)
+    return by_path
+
+
+def _fixed_text(source: Source, findings, settings: Settings, unsafe: bool):
+    """The source's original bytes, and its text with the fixes applied."""
+    original = source.data if source.data is not None else _read(source.path)
+    text = decode(original)
+    result = fix_text(text, findings, unsafe,
+                      lambda fixed: check_source(fixed, source.path, settings))
+    return original, text, result
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _fix(report, sources: list[Source], settings: Settings, unsafe: bool):
+    """Apply the fixes, file by file; a file that cannot be written keeps its
+    findings and says why. Returns how many findings were fixed, and the
+    sources to check again (stdin's with its fixed text)."""
+    by_path = _fixable(report, settings, unsafe)
+    fixed, updated = 0, []
+    for source in sources:
+        findings = by_path.get(source.path)
+        if not findings:
+            updated.append(source)
+            continue
+        original, _, result = _fixed_text(source, findings, settings, unsafe)
+        if source.data is not None:  # stdin: the fixed text is printed, not written
+            updated.append(replace(source, data=encode_like(original, result.text)))
+            fixed += len(result.fixed)
+            continue
+        if result.changed:
+            try:
+                write_fixed(source.path, original, result.text)
+            except FileChanged:
+                print(f"memlint: {display_path(source.path)}: changed on disk while it was "
+                      f"checked; not fixed", file=sys.stderr)
+                updated.append(source)
+                continue
+            except OSError as error:
+                print(f"memlint: {display_path(source.path)}: not fixed: "
+                      f"{error.strerror or error}", file=sys.stderr)
+                updated.append(source)
+                continue
+            fixed += len(result.fixed)
+        updated.append(source)
+    return fixed, updated
+
+
+def _diff(report, sources: list[Source], settings: Settings, unsafe: bool) -> int:
+    """`--diff`: what `--fix` would change, as a unified diff; nothing written."""
+    import difflib
+    by_path = _fixable(report, settings, unsafe)
+    changes = 0
+    for source in sources:
+        findings = by_path.get(source.path)
+        if not findings:
+            continue
+        _, text, result = _fixed_text(source, findings, settings, unsafe)
+        if not result.changed:
+            continue
+        changes += len(result.fixed)
+        name = display_path(source.path)
+        _write("".join(difflib.unified_diff(text.splitlines(keepends=True),
+                                            result.text.splitlines(keepends=True),
+                                            fromfile=name, tofile=name)))
+    count = f"{changes} finding{'s' * (changes != 1)}"
+    print(f"Would fix {count}." if changes else "No fixes available.", file=sys.stderr)
+    return EXIT_FINDINGS if changes else EXIT_CLEAN
+
+
+def _write_bytes(data: bytes) -> None:
+    sys.stdout.flush()
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:
+        sys.stdout.write(data.decode("utf-8", "replace"))
+    else:
+        stream.write(data)
+    sys.stdout.flush()
 
 
 def _settings(options: argparse.Namespace, paths: list[str]) -> Settings:

@@ -15,7 +15,7 @@ from pathlib import PurePath
 from urllib.parse import quote
 
 from memlint.engine import Report
-from memlint.finding import Finding, Related
+from memlint.finding import SAFE, Finding, Related
 from memlint.cli.pages import summary
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
@@ -49,7 +49,27 @@ def location(finding: Finding) -> str:
 
 
 def text(report: Report, version: str) -> str:
-    return "".join(f"{location(f)}: {f.code} {f.message}\n" for f in report.findings)
+    """One line per finding; `[*]` marks one that `--fix` fixes (as ruff marks them)."""
+    return "".join(f"{location(f)}: {f.code} {_fix_mark(f)}{f.message}\n"
+                   for f in report.findings)
+
+
+def _fix_mark(finding: Finding) -> str:
+    return "[*] " if finding.fix is not None and finding.fix.applicability == SAFE else ""
+
+
+def fix_summary(report: Report, fixed: int, unsafe: bool) -> str:
+    """The text format's last line: how many findings, and how many fixes wait."""
+    findings = report.findings
+    safe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == SAFE)
+    unsafe_only = sum(1 for f in findings if f.fix is not None and f.fix.applicability != SAFE)
+    parts = [f"{fixed} fixed"] if fixed else []
+    if safe:
+        parts.append(f"{safe} fixable with --fix")
+    if unsafe_only and not unsafe:
+        parts.append(f"{unsafe_only} more with --fix --unsafe-fixes")
+    count = f"Found {len(findings)} finding{'s' * (len(findings) != 1)}"
+    return f"{count} ({', '.join(parts)}).\n" if parts else f"{count}.\n"
 
 
 def json_format(report: Report, version: str) -> str:
@@ -124,6 +144,7 @@ def sarif(report: Report, version: str) -> str:
                        "endLine": f.end_line, "endColumn": f.end_column},
         }}],
         **_related_locations(f),
+        **_fixes(f),
     } for f in report.findings]
     invocation = {
         "executionSuccessful": not report.errors,
@@ -147,6 +168,25 @@ def sarif(report: Report, version: str) -> str:
         }],
     }
     return json.dumps(log, indent=2, ensure_ascii=False) + "\n"
+
+
+def _fixes(finding: Finding) -> dict:
+    """The fix as SARIF `fixes`: one change of the finding's file, each edit a
+    replacement of a region by new text (safe or unsafe said in its text)."""
+    fix = finding.fix
+    if fix is None:
+        return {}
+    return {"fixes": [{
+        "description": {"text": f"{fix.message} ({fix.applicability} fix)"},
+        "artifactChanges": [{
+            "artifactLocation": {"uri": _uri(finding.path), "uriBaseId": "%SRCROOT%"},
+            "replacements": [{
+                "deletedRegion": {"startLine": e.line, "startColumn": e.column,
+                                  "endLine": e.end_line, "endColumn": e.end_column},
+                "insertedContent": {"text": e.content},
+            } for e in fix.edits],
+        }],
+    }]}
 
 
 def _related_locations(finding: Finding) -> dict:

@@ -124,8 +124,10 @@ def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | N
             # the cells parsed one by one but not together: say which cell
             finding = replace(finding, message=f"{finding.message} (the code cells joined)")
         related = tuple(_in_cell(r, origins) for r in finding.related)
+        # a notebook's fixes are not applied yet: its edits would be in the
+        # joined cells' lines, which are not the file's
         findings.append(replace(finding, cell=origin.cell, cell_line=origin.cell_line,
-                                related=related))
+                                related=related, fix=None))
     return sorted(findings), facts
 
 

@@ -25,8 +25,9 @@ from memlint.analysis.walker import handlers_for, walk
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
 from memlint.engine.suppression import is_suppressed, skips_file
-from memlint.finding import Finding, Related
+from memlint.finding import Edit, Finding, Fix, Related
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
+from memlint.rules.base import FixPlan
 
 #: Python's line ends; str.splitlines() also splits on form feeds and others.
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -156,12 +157,13 @@ def _parse(source: str, path: str) -> cst.Module | Finding:
 def _place(module: cst.Module, source: str, path: str, reports,
            noqa: bool = True) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
-    wanted = [n for _, node, stmt, _, _, related in reports
-              for n in (node, stmt, *(evidence for evidence, _ in related)) if n is not None]
+    wanted = [n for _, node, stmt, _, _, related, fix in reports
+              for n in (node, stmt, *(evidence for evidence, _ in related), *_fixed_nodes(fix))
+              if n is not None]
     positions = positions_of(module, wanted)
     lines = _LINE_BREAK.split(source)
     findings = set()
-    for rule, node, stmt, message, unless, related in reports:
+    for rule, node, stmt, message, unless, related, plan in reports:
         span = positions[id(node)]
         statement = positions.get(id(stmt))
         line, column = span.start.line, span.start.column
@@ -176,8 +178,40 @@ def _place(module: cst.Module, source: str, path: str, reports,
         findings.add(Finding(path=path, line=line, column=column + 1, code=rule.code,
                              end_line=span.end.line, end_column=span.end.column + 1,
                              name=rule.name, message=message, unless=unless,
-                             related=tuple(_related(path, positions, related))))
+                             related=tuple(_related(path, positions, related)),
+                             fix=_fix(module, positions, plan, lines)))
     return sorted(findings)
+
+
+def _fixed_nodes(plan: FixPlan | None) -> list[cst.CSTNode]:
+    if plan is None:
+        return []
+    return [old for old, _ in plan.replacements] + [node for node, _ in plan.insertions]
+
+
+def _fix(module: cst.Module, positions, plan: FixPlan | None, lines: list[str]) -> Fix | None:
+    """A rule's fix plan with positions: the new code of each replaced node
+    (libcst renders it as written, but for the change); each inserted line
+    goes above its node's first line, at its indentation, with the file's
+    own line ending."""
+    if plan is None:
+        return None
+    edits = []
+    for old, new in plan.replacements:
+        span = positions[id(old)]
+        edits.append(Edit(span.start.line, span.start.column + 1, span.end.line,
+                          span.end.column + 1, module.code_for_node(new)))
+    for node, text in plan.insertions:
+        start = positions[id(node)].start
+        line = lines[start.line - 1]
+        indent = line[:len(line) - len(line.lstrip(" \t"))]
+        edits.append(Edit(start.line, start.column + 1, start.line, start.column + 1,
+                          text + module.default_newline + indent))
+    return Fix(plan.applicability, plan.message, tuple(sorted(edits, key=_edit_start)))
+
+
+def _edit_start(edit: Edit) -> tuple[int, int]:
+    return edit.line, edit.column
 
 
 def _related(path: str, positions, related) -> list[Related]:

@@ -10,12 +10,24 @@ at comments.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.project import Condition
+
+
+class FixPlan(NamedTuple):
+    """A rule's fix in tree terms: each `(old, new)` replaces the code of the
+    node `old` with the code of `new` (libcst keeps everything else as
+    written); `insertions` put text right before a node (a decorator before
+    its `def`). The engine turns it into a `Fix` with positions."""
+
+    applicability: str  # memlint.finding.SAFE or UNSAFE
+    message: str
+    replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...] = ()
+    insertions: tuple[tuple[cst.CSTNode, str], ...] = ()
 
 
 class Rule:
@@ -31,18 +43,20 @@ class Rule:
         self.ctx = ctx
         self.options = options or {}
         self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str, Condition | None,
-                                 tuple[tuple[cst.CSTNode, str], ...]]] = []
+                                 tuple[tuple[cst.CSTNode, str], ...], FixPlan | None]] = []
 
     def report(self, node: cst.CSTNode, message: str,
                statement: cst.CSTNode | None = None, unless: Condition | None = None,
-               related: Iterable[tuple[cst.CSTNode, str]] = ()) -> None:
+               related: Iterable[tuple[cst.CSTNode, str]] = (),
+               fix: FixPlan | None = None) -> None:
         """Flag `node`; the finding is placed on the first line of its statement
         (pass `statement`, kept from the visit, when reporting from `finish()`).
         `unless` names what, known once the whole project is walked, drops it.
         `related` is the evidence, `(node, message)` pairs in this file (the copy
-        to CUDA, the `.eval()` call), placed by the engine with the finding."""
+        to CUDA, the `.eval()` call), placed by the engine with the finding.
+        `fix` is the rewrite that removes it, where a sound one exists."""
         self.reports.append((node, statement or self.statement(), message, unless,
-                             tuple(related)))
+                             tuple(related), fix))
 
     def statement(self) -> cst.CSTNode | None:
         """The innermost statement enclosing the current node."""

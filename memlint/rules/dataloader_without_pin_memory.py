@@ -14,7 +14,9 @@ from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, Value
 from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs
 from memlint.analysis.project import (Either, FactCollector, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
-from memlint.rules.base import Rule
+from memlint.finding import SAFE, UNSAFE
+from memlint.rules.base import FixPlan, Rule
+from memlint.rules.rewrites import with_keyword
 
 _DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 _SET_DEFAULT_DEVICE = {"torch.set_default_device"}
@@ -25,6 +27,9 @@ _COLLATE_POSITION = 6
 _PARTIAL = {"functools.partial"}
 _INDEX_RANGES = {"range", "numpy.arange", "torch.arange"}
 _TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
+#: Libraries whose data sets give host tensors.
+_HOST_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.",
+                  "datasets.load_dataset")
 
 
 def _reads_one_batch(node: cst.Call) -> bool:
@@ -41,6 +46,7 @@ class _Loader(NamedTuple):
     escapes: bool  # returned by the function that builds it (`get_loader()`), or kept on `self`
     assigned: str | None  # the name it is assigned to (`self.train_loader`)
     owner: cst.FunctionDef | None  # the function it is a local variable of
+    host_dataset: bool  # its dataset is known to give host tensors (torchvision, TensorDataset)
 
 
 def _on_cuda(value: cst.BaseExpression, ctx) -> bool:
@@ -237,8 +243,11 @@ class DataLoaderWithoutPinMemory(Rule):
             any(isinstance(a, cst.Return) for a in self.ctx.ancestors)
             or (assigned or "").startswith("self."))
         owner = self.ctx.function if assigned is not None and "." not in assigned else None
+        source = (self.ctx.qualify(dataset_value.func) or "") \
+            if isinstance(dataset_value, cst.Call) else ""
+        host_dataset = source in _TENSOR_DATASETS or source.startswith(_HOST_DATASETS)
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
-                                     dataset_class, escapes, assigned, owner))
+                                     dataset_class, escapes, assigned, owner, host_dataset))
 
     def _no_host_tensors(self, dataset: cst.BaseExpression) -> bool:
         """A dataset whose items are not host tensors to pin: indices
@@ -306,8 +315,8 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
-        for node, statement, written, target, dataset_class, escapes, assigned, owner \
-                in self.unpinned:
+        for loader in self.unpinned:
+            node, statement, written, target, dataset_class, escapes, assigned, owner, _ = loader
             if target is not None and self.identifiers[target] <= 1:
                 continue  # built and never used: no batch of it is ever copied
             batches, handed_out = self._where_batches_go(assigned, owner)
@@ -320,15 +329,26 @@ class DataLoaderWithoutPinMemory(Rule):
                     continue  # used where it is built: no importer iterates it
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
-                            UnlessNoImporterCopiesToCuda(FactCollector.of(self.ctx).facts.module))
+                            UnlessNoImporterCopiesToCuda(FactCollector.of(self.ctx).facts.module),
+                            fix=_pin(loader))
                 continue
             unless = UnlessProjectOnCpu.here(self.ctx)
             if batches == STAY:  # handed only to functions of other modules
                 unless = Either((unless, UnlessHelpersKeepBatchesOnHost(tuple(handed_out))))
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking),
-                        statement, unless,
+                        statement, unless, fix=_pin(loader),
                         related=[(self.first_copy, "copied to a CUDA device here: this "
                                                    "module's batches go to the GPU")])
+
+
+def _pin(loader: _Loader) -> FixPlan:
+    """`pin_memory=True`: it changes no value a batch holds, only where the
+    host keeps it. Safe when the data set is known to give host tensors; a
+    data set of the project's might give CUDA tensors, which cannot be pinned
+    (the loader would raise), so there the user must look first."""
+    return FixPlan(SAFE if loader.host_dataset else UNSAFE, "pass pin_memory=True",
+                   ((loader.node, with_keyword(loader.node, "pin_memory", "True",
+                                               _PIN_MEMORY_POSITION)),))
 
 
 def _is_true(node: cst.BaseExpression) -> bool:

@@ -14,7 +14,8 @@ from memlint.analysis.project import (Either, FactCollector, UnlessCalledToTrain
                                       UnlessCallersDisableGrad, UnlessForwardDisablesGrad,
                                       UnlessProjectOnCpu)
 from memlint.analysis.names import call_arg, dotted_name
-from memlint.rules.base import Rule
+from memlint.finding import UNSAFE
+from memlint.rules.base import FixPlan, Rule
 
 #: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
 _INFERENCE_WORDS = {"eval", "evaluate", "evaluation", "validate", "validation", "valid", "val",
@@ -517,7 +518,7 @@ class GradInInference(Rule):
                               "memory, outputs that hold their graphs); wrap the inference in "
                               "`with torch.no_grad():` or decorate the function with "
                               "@torch.no_grad()" + _VOLATILE_TOO * (unit.volatile is not None),
-                        statement, unless,
+                        statement, unless, fix=self._decorate(unit.node),
                         related=[(unit.eval_calls[module], f"'{module}' is put in eval mode here")]
                         if unit.evaluated.get(module) else [])
 
@@ -533,6 +534,18 @@ class GradInInference(Rule):
         info = self.index.classes.get(class_name) if class_name else None
         forward = info.methods.get("forward") if info is not None else None
         return forward is not None and forward.grad_off_decorator
+
+    def _decorate(self, function: cst.FunctionDef | None) -> FixPlan | None:
+        """`@torch.no_grad()` right above the `def`. Unsafe: the function might
+        want gradients somewhere memlint did not see (a caller back-propagating
+        through what it returns). None at a script's top level (no function
+        to decorate), for `async def` (the decorator would not cover the
+        coroutine's body), and where `torch` is not imported as `torch`."""
+        if function is None or function.asynchronous is not None \
+                or self.ctx.names.qualify_name("torch") != "torch":
+            return None
+        return FixPlan(UNSAFE, f"decorate '{function.name.value}' with @torch.no_grad()",
+                       insertions=((function, "@torch.no_grad()"),))
 
     def _unless(self, info):
         """What the rest of the project may show: a CPU project, callers in
@@ -575,7 +588,7 @@ class GradInInference(Rule):
                                        "every activation for a backward that never comes; wrap "
                                        f"the call in `with torch.no_grad():` or decorate "
                                        f"'{name}' with @torch.no_grad()",
-                            None, self._unless(info),
+                            None, self._unless(info), fix=self._decorate(unit.node),
                             related=[(forward, f"'{module}' runs forward here, in '{called}'")])
                 break
 

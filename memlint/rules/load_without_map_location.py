@@ -12,7 +12,9 @@ from memlint.analysis.flows import root_name
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import (Either, FactCollector, UnlessProjectOnCpu,
                                       UnlessSavedWithoutGpuTensors)
-from memlint.rules.base import Rule
+from memlint.finding import SAFE, UNSAFE
+from memlint.rules.base import FixPlan, Rule
+from memlint.rules.rewrites import with_keyword
 
 _LOADERS = {"torch.load", "torch.serialization.load"}
 
@@ -199,7 +201,9 @@ class LoadWithoutMapLocation(Rule):
             if file is not None and path not in self.saved_maybe_gpu:
                 # saved by another file of the project, perhaps from CPU values
                 unless = Either((unless, UnlessSavedWithoutGpuTensors(file)))
-            self.report(node, message, statement, unless,
+            fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
+                          ((node, with_keyword(node, "map_location", '"cpu"')),))
+            self.report(node, message, statement, unless, fix=fix,
                         related=[(self.starts_ranks, "the program runs as several ranks "
                                                      "(processes) here; each one loads")]
                         if distributed and self.starts_ranks is not None else [])

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.autograd_values import (AUTOGRAD_ENTRY, BACKWARD_METHODS, AutogradValues,
-                                              BackwardFlows, Value)
+                                              BackwardFlows, Value, names_in)
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import (Condition, Either, FactCollector,
                                       UnlessImportedFunctionsKeepNoHistory, UnlessProjectOnCpu)
-from memlint.rules.base import Rule
+from memlint.finding import SAFE, UNSAFE
+from memlint.rules.base import FixPlan, Rule
 
 _STORING_METHODS = {"append": "append", "extend": "extend with", "insert": "insert",
                     "appendleft": "append"}
@@ -278,7 +279,7 @@ class TensorHistoryKept(Rule):
             if _kept_for_its_data(store, value, flows, frame.node):
                 continue
             self.report(store.node, _message(store.stored, value, _code(store.target), store.verb),
-                        store.statement, self._unless(store.value))
+                        store.statement, self._unless(store.value), fix=_detach(store, frame))
 
     def _unless(self, value: Value) -> Condition:
         """A CPU-only project keeps no GPU memory; a value whose history only
@@ -466,6 +467,40 @@ def _kept_for_its_data(store: _Store, value: Value, flows: BackwardFlows,
 
 
 _LIST_GROWTH = {"append", "extend with", "insert", "add"}
+
+
+def _detach(store: _Store, frame: _Frame) -> FixPlan | None:
+    """`losses.append(loss)` -> `losses.append(loss.detach())`: the same
+    values, without their history, and still tensors, so `torch.stack(losses)`
+    and `.item()` on them keep working (`.item()` would also turn them into
+    floats and wait for the GPU at every step). Safe for a container local to
+    its function and never returned: nothing outside can back-propagate
+    through it, and no backward here reaches it (that was checked). Unsafe for
+    one on `self`, a global, or one returned."""
+    stored = store.stored
+    if isinstance(stored, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)):
+        return None  # `history += [fake]`: a list of tensors, nothing to detach as a whole
+    if not isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) \
+            and not stored.lpar:
+        stored = stored.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    detached = cst.Call(func=cst.Attribute(value=stored, attr=cst.Name("detach")))
+    returned = any(store.container.split(".", 1)[0] in names_in(node.value)
+                   for node in _returns_in(frame.node) if node.value is not None)
+    safe = store.local and not returned
+    return FixPlan(SAFE if safe else UNSAFE, f"{store.verb} {_code(detached)}",
+                   ((store.stored, detached),))
+
+
+def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
+    """The `return` statements of a function's own body (not of nested ones)."""
+    found, pending = [], [function.body] if isinstance(function, cst.FunctionDef) else []
+    while pending:
+        node = pending.pop()
+        if type(node) is cst.Return:
+            found.append(node)
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            pending.extend(node.children)
+    return found
 
 
 def _defines_forward(class_def: cst.ClassDef) -> bool:
