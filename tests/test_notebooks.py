@@ -105,6 +105,9 @@ def test_source_as_one_string_and_windows_line_breaks():
     # IPython's wildcard search (a tutorial's `torch.*Tensor?`)
     (["torch.*Tensor?", "np.*load*?", "?*int*"], ["pass", "pass", "pass"]),
     (["x = a * b", "y = x ** 2"], ["x = a * b", "y = x ** 2"]),
+    # a cell indented as a whole: IPython takes the first line's indent off
+    (["    import torch", "    x = torch.load(p)"], ["import torch", "x = torch.load(p)"]),
+    (["  x = 1", "y = 2"], ["x = 1", "y = 2"]),
     # automagic: `pip install` without its `%`
     (["pip install -r requirements.txt", "pip = 3"], ["pass", "pip = 3"]),
     (["%%time", "x = torch.load(p)"], ["", "x = torch.load(p)"]),

@@ -146,7 +146,17 @@ def python_lines(lines: list[str]) -> list[str]:
         if magic.group("name") not in PYTHON_CELL_MAGICS:
             return [""] * len(lines)
         lines = ["", *lines[1:]]
-    return [_without_ipython_syntax(line) for line in lines]
+    return [_without_ipython_syntax(line) for line in _without_leading_indent(lines)]
+
+
+def _without_leading_indent(lines: list[str]) -> list[str]:
+    """IPython runs a cell whose first line is indented as if it were not: the
+    first line's indentation is taken off every line that starts with it
+    (its `leading_indent` transformer). Columns in such a cell shift by it."""
+    indent = lines[0][:len(lines[0]) - len(lines[0].lstrip(" \t"))] if lines else ""
+    if not indent or not lines[0].strip():
+        return lines
+    return [line[len(indent):] if line.startswith(indent) else line for line in lines]
 
 
 def _without_ipython_syntax(line: str) -> str:
