@@ -52,7 +52,10 @@ _REDUCTIONS = {"max", "min", "mean", "sum", "std", "var", "median", "count", "nu
 #: Function names where the whole data set is loaded and prepared.
 _SETUP_WORDS = {"init", "setup", "prepare", "load", "read", "build", "make", "create",
                 "preprocess", "main", "data", "dataset", "datasets"}
-_NOT_SETUP_WORDS = {"batch", "step", "sample", "forward", "predict", "act"}
+_NOT_SETUP_WORDS = {"batch", "step", "sample", "forward", "predict", "act", "feed", "loss"}
+#: Words of a function run once per batch or step (not `predict(X_test)`,
+#: which may be handed a whole split and slice it itself).
+_STEP_WORDS = {"batch", "step", "loss", "feed", "forward", "act"}
 #: Words in a name that say "one batch or sample", whatever else it says.
 _ONE_SAMPLE_WORDS = {"batch", "minibatch", "mb", "state", "states", "obs", "observation",
                      "observations", "action", "actions", "reward", "rewards"}
@@ -252,7 +255,8 @@ class WholeDatasetToDevice(Rule):
             if parameter is not None and self._returns_moved(node, targets):
                 self._helpers[self.ctx.function.name.value] = parameter
         self._moves.append(_Move(node, self.statement(), source, whole,
-                                 evidence != NONE and not self.ctx.in_loop, targets, self._place()))
+                                 evidence != NONE and not self.ctx.in_loop
+                                 and not self._in_step_function(), targets, self._place()))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         name = dotted_name(node.value)
@@ -431,6 +435,13 @@ class WholeDatasetToDevice(Rule):
             else:
                 return None
         return None
+
+    def _in_step_function(self) -> bool:
+        """`unpack_batch(batch)`, `calc_loss_dqn(...)`, `feed_data(data)`: a
+        function run once per batch or step, whose tensors are that batch's
+        (sliced per sample afterwards, they are still one batch)."""
+        function = self.ctx.function
+        return function is not None and bool(set(_words(function.name.value)) & _STEP_WORDS)
 
     def _in_per_batch_function(self) -> bool:
         """`__getitem__`, `get_batch`, `iterate_minibatches`: run once per batch or sample."""
