@@ -291,7 +291,7 @@ class GradInInference(Rule):
             return
         module = self._called_module(node)
         if module is None or self._in_signature() or self._built_here_on_cpu(module) \
-                or self.ctx.in_cpu_branch():
+                or self.ctx.in_cpu_branch() or self._fed_host_tensor(node):
             return
         if self.unit.any_forward is None:
             self.unit.any_forward = (node, module)
@@ -446,6 +446,24 @@ class GradInInference(Rule):
             return name in self.index.functions_by_name
         return (head == "self" and "." not in attr and class_name is not None
                 and bool(self.index.methods_named(class_name, attr)))
+
+    def _fed_host_tensor(self, call: cst.Call) -> bool:
+        """`data = torch.randn(2, 3, 32, 32)` then `model(data)`: the input made
+        here on the CPU and never moved. A model on a GPU would refuse it, so
+        this forward runs on the CPU (a shape probe before `.cuda()`). Only
+        the first argument counts: lengths for `pack_padded_sequence` are
+        meant to stay on the CPU next to a CUDA input."""
+        first = next((a.value for a in call.args if a.keyword is None and not a.star), None)
+        if isinstance(first, cst.Name):
+            site = self.ctx.binding_site(first.value)
+            first = site.value if site is not None and site.unpacked_from is None else None
+        return isinstance(first, cst.Call) and self._made_on_host(first)
+
+    def _made_on_host(self, call: cst.Call) -> bool:
+        """`torch.randn(...)`, `torch.FloatTensor(1, 3, 8, 8)`: a new tensor with
+        no device, in a file whose default device is not set to CUDA."""
+        qualified = self.ctx.qualify(call.func) or ""
+        return qualified in _HOST_FACTORIES and call_arg(call, "device") is None
 
     def _in_signature(self) -> bool:
         """A call in a parameter's default (`model_fn=lambda m, x: m(x)`) runs
@@ -705,6 +723,10 @@ def _is_volatile(call: cst.Call) -> bool:
         and volatile.value.value == "True"
 
 
+#: Factories of new tensors, on the CPU unless given a device.
+_HOST_FACTORIES = {f"torch.{name}" for name in (
+    "randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
+    "FloatTensor", "Tensor", "LongTensor", "DoubleTensor")}
 _SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
              "torch.autograd.grad_mode.set_grad_enabled"}
 
