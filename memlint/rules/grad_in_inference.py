@@ -67,6 +67,12 @@ class _Unit:
     volatile_names: set[str] = field(default_factory=set)  # names bound to a volatile Variable
     volatile_fed: bool = False  # one is fed to a model (a DQN's target forward in a training step)
     wants_grad: bool = False
+    #: the first unguarded forward ran after a `.eval()` of its model
+    forward_after_eval: bool = False
+    #: a backward (or `requires_grad = True`) comes after that forward
+    grad_after_forward: bool = False
+    #: models whose every parameter it sets `requires_grad = False`
+    frozen: set[str] = field(default_factory=set)
     #: its first module forward with grad on, inference or not (a helper that
     #: an eval function calls: `validate` -> `run_batch(model, x)`)
     any_forward: tuple[cst.Call, str] | None = None
@@ -237,16 +243,27 @@ class GradInInference(Rule):
         self.finished[node] = unit
         if unit.wants_grad:
             self.grad_users.add(node)
-        elif unit.forward is not None:
+        if unit.forward is not None and (not unit.wants_grad or _evaluates_after_training(unit)):
             self.pending.append(unit)
         if unit.volatile is not None and node.name.value != "__init__":
             self.volatile_units.append(unit)
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        targets = [dotted_name(t.target) or "" for t in node.targets]
+        if self.unit.frozen:  # `model.fc = nn.Linear(...)` after freezing: a new, trainable part
+            self.unit.frozen -= {name.rsplit(".", 1)[0] for name in targets if "." in name}
+        if not any(name.endswith(".requires_grad") for name in targets):
+            return
+        if _is_false_literal(node.value):
+            # `for v in model.parameters(): v.requires_grad = False`: a frozen
+            # model's forward on an input without grad records nothing
+            frozen = self._parameters_looped_over()
+            if frozen is not None:
+                self.unit.frozen.add(frozen)
+            return
         # `x.requires_grad = True`: gradients with respect to the input (attacks, saliency)
-        if any(dotted_name(t.target) and dotted_name(t.target).endswith(".requires_grad")
-               for t in node.targets):
-            self.unit.wants_grad = True
+        self.unit.wants_grad = True
+        self.unit.grad_after_forward |= self.unit.forward is not None
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -254,6 +271,7 @@ class GradInInference(Rule):
         qualified = self.ctx.qualify(func)
         if method in _GRAD_METHODS or qualified in _GRAD_USERS:
             self.unit.wants_grad = True
+            self.unit.grad_after_forward |= self.unit.forward is not None
             return
         if qualified in _VARIABLE:
             if _is_volatile(node) and not self.index.grad_disabled and not self.ctx.in_cpu_branch():
@@ -297,12 +315,25 @@ class GradInInference(Rule):
             self.unit.any_forward = (node, module)
         if self.unit.evaluated.get(module) or (self.unit.node is not None and _is_inference_name(self.unit.node)):
             self.unit.forward = (node, self.statement(), module)
+            self.unit.forward_after_eval = bool(self.unit.evaluated.get(module))
             self.unit.forward_class = self._built_from(module)
             if self.unit.node is None:
                 # at the top level only a backward that follows counts (a script
                 # that trains, then predicts)
                 self.unit.wants_grad = False
                 self.pending.append(self.unit)
+
+    def _parameters_looped_over(self) -> str | None:
+        """`model` when inside `for v in model.parameters():` (or
+        `named_parameters()`): the loop goes over every parameter of it."""
+        for ancestor in reversed(self.ctx.ancestors):
+            if isinstance(ancestor, cst.For):
+                call = ancestor.iter
+                if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
+                        and call.func.attr.value in ("parameters", "named_parameters"):
+                    return dotted_name(call.func.value)
+                return None
+        return None
 
     def _built_from(self, module: str) -> str | None:
         """`DiffVC` for a model bound to `DiffVC(params).cuda()`."""
@@ -400,6 +431,10 @@ class GradInInference(Rule):
                 if moves_to_cuda(value, self.ctx):
                     return False
                 value = value.func.value
+            if isinstance(value, cst.Call) and value.args \
+                    and (dotted_name(value.func) or "").endswith("DataParallel"):
+                value = value.args[0].value  # `model = nn.DataParallel(model)`: the model it wraps
+                continue
             if dotted_name(value) != module or site is None or site.previous is None:
                 break
             site = site.previous
@@ -514,7 +549,10 @@ class GradInInference(Rule):
             return  # mxnet / TensorFlow / JAX code records no graph outside its tapes
         reported: set[int] = set()
         for unit in self.pending:
-            if unit.wants_grad or self._left_alone(unit) or self._global_on_host(unit.forward[2]):
+            if (unit.wants_grad and not _evaluates_after_training(unit)) \
+                    or unit.forward[2] in unit.frozen \
+                    or self._left_alone(unit) \
+                    or self._global_on_host(unit.forward[2]):
                 continue
             call, statement, module = unit.forward
             if self._forward_disables_grad(unit.forward_class):
@@ -707,6 +745,14 @@ class GradInInference(Rule):
                 if name.endswith(_LIGHTNING_BASES):
                     return True
         return False
+
+
+def _evaluates_after_training(unit: _Unit) -> bool:
+    """A function that trains and then evaluates (`model.eval()`, a test loop
+    with no backward after it: dgcnn's `train()`): its back-propagation is the
+    training phase's, not the evaluation's; Grad-CAM's backward comes after
+    its forward."""
+    return unit.node is not None and unit.forward_after_eval and not unit.grad_after_forward
 
 
 def _is_inference_name(node: cst.FunctionDef) -> bool:
