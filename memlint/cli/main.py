@@ -194,15 +194,15 @@ def _check(options: argparse.Namespace) -> int:
     for error in report.errors:
         print(f"memlint: internal error while checking {display_path(error.path)}: "
               f"{error.message} (a memlint bug; the other files were checked)", file=sys.stderr)
-    if options.fix and stdin is not None:
-        _write_bytes(sources[-1].data or b"")  # the fixed source; findings go to stderr
-        sys.stderr.write(FORMATS[options.format](report, __version__))
-    else:
-        _write(FORMATS[options.format](report, __version__))
+    to_stderr = options.fix and stdin is not None  # stdout holds the fixed source
+    if to_stderr:
+        _write_bytes(sources[-1].data or b"")
+    say = sys.stderr.write if to_stderr else _write
+    say(FORMATS[options.format](report, __version__))
     if options.format == "text" and report.findings:
-        _write(fix_summary(report, fixed, options.unsafe_fixes))
+        say(fix_summary(report, fixed, options.unsafe_fixes))
     elif options.format == "text" and fixed:
-        _write(f"Fixed {fixed} finding{'s' * (fixed != 1)}; none left.\n")
+        say(f"Fixed {fixed} finding{'s' * (fixed != 1)}; none left.\n")
     if options.statistics and report.findings:
         counts = statistics(report)
         if options.format in _MACHINE_FORMATS:  # keep stdout one parseable document

@@ -1,0 +1,236 @@
+"""`memlint check --fix / --unsafe-fixes / --diff`: what each rule's fix writes,
+which fixes are safe, and that no file is ever corrupted (encodings, line
+endings, read-only files, stdin, a file that changes during the run)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import libcst as cst
+import pytest
+
+from memlint import check_source
+from memlint.engine.fixes import FileChanged, apply_fixes, fix_text, write_fixed
+from memlint.finding import SAFE, UNSAFE
+from tests.cli_helpers import check, write
+
+LOAD = ('import torch\nmodel = Net().cuda()\n'
+        'model.load_state_dict(torch.load("best.pt"))\n')
+LOAD_FIXED = ('import torch\nmodel = Net().cuda()\n'
+              'model.load_state_dict(torch.load("best.pt", map_location="cpu"))\n')
+
+
+def fixes(source: str) -> list:
+    return [(f.code, f.fix.applicability, f.fix.edits[0].content if f.fix.edits else "")
+            for f in check_source(source, "train.py") if f.fix is not None]
+
+
+# -- what each rule offers --------------------------------------------------
+
+def test_map_location_is_safe_when_the_load_goes_into_load_state_dict():
+    assert fixes(LOAD) == [("MEM007", SAFE, 'torch.load("best.pt", map_location="cpu")')]
+
+
+def test_map_location_is_unsafe_when_the_loaded_object_is_used_otherwise():
+    source = 'import torch\nmodel = Net().cuda()\nstate = torch.load(p)\nprint(state)\n'
+    assert fixes(source) == [("MEM007", UNSAFE, 'torch.load(p, map_location="cpu")')]
+
+
+def test_a_call_laid_out_one_argument_per_line_keeps_its_layout():
+    source = ('import torch\nmodel = Net().cuda()\nmodel.load_state_dict(torch.load(\n'
+              '    path,\n))\n')
+    (_, _, content), = fixes(source)
+    assert content == 'torch.load(\n    path,\n    map_location="cpu",\n)'
+
+
+def test_pin_memory_is_safe_for_host_datasets_and_unsafe_for_the_projects_own():
+    torchvision_loader = ("import torch\nfrom torch.utils.data import DataLoader\n"
+                          "from torchvision.datasets import MNIST\n"
+                          "loader = DataLoader(MNIST('.'), batch_size=64)\n"
+                          "for x, y in loader:\n    x = x.cuda()\n")
+    own_loader = torchvision_loader.replace("MNIST('.')", "Frames()")
+    assert fixes(torchvision_loader) == [
+        ("MEM005", SAFE, "DataLoader(MNIST('.'), batch_size=64, pin_memory=True)")]
+    assert fixes(own_loader)[0][:2] == ("MEM005", UNSAFE)
+
+
+def test_pin_memory_false_given_by_position_is_turned_true_in_place():
+    source = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+              "loader = DataLoader(TensorDataset(a), 64, True, None, None, 4, None, False)\n"
+              "for (x,) in loader:\n    x = x.cuda()\n")
+    (_, _, content), = fixes(source)
+    assert content.endswith("4, None, True)")
+
+
+def test_no_grad_decorator_is_unsafe_and_goes_right_above_the_def():
+    source = ("import torch\nclass Runner:\n    @staticmethod\n    def evaluate(model, x):\n"
+              "        model.eval()\n        return model(x.cuda())\n")
+    (code, applicability, content), = fixes(source)
+    assert (code, applicability, content) == ("MEM004", UNSAFE, "@torch.no_grad()\n    ")
+    finding, = check_source(source, "train.py")
+    fixed, _, _ = apply_fixes(source, [finding])
+    assert "    @staticmethod\n    @torch.no_grad()\n    def evaluate" in fixed
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("import torch as T\ndef evaluate(model, x):\n    model.eval()\n    return model(x.cuda())\n",
+     "torch is not imported as torch"),
+    ("import torch\nasync def evaluate(model, x):\n    model.eval()\n    return model(x.cuda())\n",
+     "a coroutine"),
+    ("import torch\nmodel = Net().cuda()\nmodel.eval()\nout = model(x)\n", "top level"),
+])
+def test_no_decorator_is_offered_where_it_would_not_work(source, reason):
+    assert [f.fix for f in check_source(source, "train.py") if f.code == "MEM004"] == [None], reason
+
+
+def test_detach_is_safe_for_a_local_list_and_unsafe_for_one_that_leaves_the_function():
+    local = ("import torch\ndef fit(model, loader):\n    losses = []\n"
+             "    for x, y in loader:\n        loss = criterion(model(x), y)\n"
+             "        loss.backward()\n        losses.append(loss)\n"
+             "    print(torch.stack(losses).mean())\n")
+    returned = local.replace("    print(torch.stack(losses).mean())\n", "    return losses\n")
+    assert fixes(local) == [("MEM003", SAFE, "loss.detach()")]
+    assert fixes(returned) == [("MEM003", UNSAFE, "loss.detach()")]
+
+
+def test_an_expression_is_parenthesised_before_detach():
+    source = ("import torch\ndef fit(model, loader):\n    total = []\n"
+              "    for x, y in loader:\n        loss = criterion(model(x), y)\n"
+              "        loss.backward()\n        total.append(loss * x.size(0))\n"
+              "    print(sum(total))\n")
+    assert fixes(source) == [("MEM003", SAFE, "(loss * x.size(0)).detach()")]
+
+
+# -- applying them ----------------------------------------------------------
+
+def test_fixing_is_idempotent_and_the_fixed_findings_are_gone():
+    result = fix_text(LOAD, check_source(LOAD, "t.py"), unsafe=True,
+                      recheck=lambda text: check_source(text, "t.py"))
+    assert result.text == LOAD_FIXED and len(result.fixed) == 1
+    again = fix_text(result.text, check_source(result.text, "t.py"), unsafe=True,
+                     recheck=lambda text: check_source(text, "t.py"))
+    assert not again.changed and check_source(result.text, "t.py") == []
+
+
+def test_overlapping_fixes_are_taken_on_a_later_pass():
+    source = ("import torch\nmodel = Net().cuda()\n"
+              "model.load_state_dict(torch.load(torch.load(a)))\n")
+    findings = check_source(source, "t.py")
+    assert len(findings) == 2
+    result = fix_text(source, findings, unsafe=True,
+                      recheck=lambda text: check_source(text, "t.py"))
+    assert result.text.count('map_location="cpu"') == 2 and len(result.fixed) == 2
+    cst.parse_module(result.text)
+
+
+def test_a_fix_that_would_not_parse_is_not_applied():
+    finding, = check_source(LOAD, "t.py")
+    broken = finding.fix.edits[0].__class__(3, 23, 3, 44, "torch.load((")
+    bad = type(finding)(**{**finding.__dict__, "fix": finding.fix.__class__(
+        SAFE, "broken", (broken,))})
+    result = fix_text(LOAD, [bad], unsafe=False, recheck=lambda text: [])
+    assert result.text == LOAD and not result.changed
+
+
+@pytest.mark.parametrize("data", [
+    LOAD.replace("\n", "\r\n").encode(),  # Windows line endings stay
+    b"\xef\xbb\xbf" + LOAD.encode(),  # a UTF-8 byte order mark stays
+    ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + LOAD).encode("latin-1"),  # so does latin-1
+])
+def test_fix_keeps_line_endings_bom_and_encoding(tmp_path, capsys, data):
+    path = tmp_path / "train.py"
+    path.write_bytes(data)
+    code, _, _ = check(capsys, "--fix", str(path))
+    fixed = path.read_bytes()
+    assert code == 0
+    assert fixed.startswith(data[:3]) and fixed.count(b"\r\n") == data.count(b"\r\n")
+    assert b'map_location="cpu"' in fixed
+    assert fixed.replace(b', map_location="cpu"', b"") == data
+
+
+def test_fix_keeps_the_file_mode(tmp_path, capsys):
+    path = write(tmp_path / "train.py", LOAD)
+    path.chmod(0o750)
+    check(capsys, "--fix", str(path))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o750 and path.read_text() == LOAD_FIXED
+
+
+def test_a_read_only_file_is_not_fixed_and_says_why(tmp_path, capsys):
+    path = write(tmp_path / "train.py", LOAD)
+    path.chmod(0o444)
+    try:
+        code, out, err = check(capsys, "--fix", str(path))
+    finally:
+        path.chmod(0o644)
+    assert path.read_text() == LOAD
+    assert "read-only" in err and code == 1 and "MEM007" in out
+
+
+def test_a_file_that_changed_since_it_was_read_is_not_overwritten(tmp_path):
+    path = write(tmp_path / "train.py", LOAD)
+    original = path.read_bytes()
+    path.write_text(LOAD + "# edited meanwhile\n")
+    with pytest.raises(FileChanged):
+        write_fixed(str(path), original, LOAD_FIXED)
+    assert path.read_text().endswith("# edited meanwhile\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]  # no temporary left
+
+
+def test_diff_prints_what_fix_would_change_and_writes_nothing(tmp_path, capsys):
+    path = write(tmp_path / "train.py", LOAD)
+    code, out, err = check(capsys, "--diff", str(path))
+    assert code == 1 and path.read_text() == LOAD
+    assert '-model.load_state_dict(torch.load("best.pt"))' in out
+    assert '+model.load_state_dict(torch.load("best.pt", map_location="cpu"))' in out
+    assert "Would fix 1 finding." in err
+    write(path, LOAD_FIXED)
+    assert check(capsys, "--diff", str(path))[0] == 0
+
+
+def test_unsafe_fixes_wait_for_the_flag(tmp_path, capsys):
+    source = 'import torch\nmodel = Net().cuda()\nstate = torch.load(p)\nprint(state)\n'
+    path = write(tmp_path / "train.py", source)
+    code, out, _ = check(capsys, "--fix", str(path))
+    assert code == 1 and path.read_text() == source
+    assert out.endswith("Found 1 finding (1 more with --fix --unsafe-fixes).\n")
+    code, out, _ = check(capsys, "--fix", "--unsafe-fixes", str(path))
+    assert code == 0 and 'map_location="cpu"' in path.read_text()
+    assert out == "Fixed 1 finding; none left.\n"
+
+
+def test_fix_on_stdin_writes_the_fixed_source_to_stdout():
+    result = subprocess.run([sys.executable, "-m", "memlint", "check", "--fix", "-"],
+                            input=LOAD.encode(), capture_output=True, check=False)
+    assert result.returncode == 0 and result.stdout.decode() == LOAD_FIXED
+
+
+def test_notebooks_are_reported_without_a_fix(tmp_path, capsys):
+    import json
+    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                           "execution_count": None, "source": LOAD}],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(notebook))
+    before = path.read_bytes()
+    code, out, _ = check(capsys, "--fix", "--format", "json", str(path))
+    assert code == 1 and json.loads(out)[0]["fix"] is None and path.read_bytes() == before
+
+
+def test_json_and_sarif_carry_the_fix(tmp_path, capsys):
+    import json
+    path = write(tmp_path / "train.py", LOAD)
+    _, out, _ = check(capsys, "--format", "json", str(path))
+    fix = json.loads(out)[0]["fix"]
+    assert fix == {"applicability": "safe", "message": 'add map_location="cpu"', "edits": [
+        {"line": 3, "column": 23, "end_line": 3, "end_column": 44,
+         "content": 'torch.load("best.pt", map_location="cpu")'}]}
+    _, out, _ = check(capsys, "--format", "sarif", str(path))
+    replacement = json.loads(out)["runs"][0]["results"][0]["fixes"][0]["artifactChanges"][0][
+        "replacements"][0]
+    assert replacement == {"deletedRegion": {"startLine": 3, "startColumn": 23, "endLine": 3,
+                                             "endColumn": 44},
+                           "insertedContent": {"text": 'torch.load("best.pt", map_location="cpu")'}}
+    assert os.path.exists(path)
