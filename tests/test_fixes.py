@@ -46,6 +46,17 @@ def test_a_call_laid_out_one_argument_per_line_keeps_its_layout():
     assert content == 'torch.load(\n    path,\n    map_location="cpu",\n)'
 
 
+def test_continuation_lines_inside_a_block_keep_their_indentation():
+    """MaskCycleGAN-VC's loader, built in a method over four aligned lines."""
+    source = ("import torch\nclass Tester:\n    def __init__(self, ds):\n"
+              "        self.loader = torch.utils.data.DataLoader(dataset=ds,\n"
+              "                                                  batch_size=1)\n"
+              "    def run(self):\n        for x in self.loader:\n            x.cuda()\n")
+    finding, = check_source(source, "t.py")
+    fixed, _, _ = apply_fixes(source, [finding])
+    assert fixed == source.replace("batch_size=1)", "batch_size=1, pin_memory=True)")
+
+
 def test_pin_memory_is_safe_for_host_datasets_and_unsafe_for_the_projects_own():
     torchvision_loader = ("import torch\nfrom torch.utils.data import DataLoader\n"
                           "from torchvision.datasets import MNIST\n"

@@ -200,14 +200,30 @@ def _fix(module: cst.Module, positions, plan: FixPlan | None, lines: list[str]) 
     for old, new in plan.replacements:
         span = positions[id(old)]
         edits.append(Edit(span.start.line, span.start.column + 1, span.end.line,
-                          span.end.column + 1, module.code_for_node(new)))
+                          span.end.column + 1,
+                          _code_at(module, new, _indentation(lines[span.start.line - 1]))))
     for node, text in plan.insertions:
         start = positions[id(node)].start
-        line = lines[start.line - 1]
-        indent = line[:len(line) - len(line.lstrip(" \t"))]
         edits.append(Edit(start.line, start.column + 1, start.line, start.column + 1,
-                          text + module.default_newline + indent))
+                          text + module.default_newline + _indentation(lines[start.line - 1])))
     return Fix(plan.applicability, plan.message, tuple(sorted(edits, key=_edit_start)))
+
+
+def _indentation(line: str) -> str:
+    return line[:len(line) - len(line.lstrip(" \t"))]
+
+
+def _code_at(module: cst.Module, node: cst.CSTNode, indent: str) -> str:
+    """The code of `node` as it reads where it stands: the continuation lines
+    of a bracketed expression carry their block's indentation, which libcst
+    adds from the enclosing blocks (`Module.code_for_node` has none)."""
+    from libcst._nodes.internal import CodegenState  # the state code_for_node uses
+
+    state = CodegenState(default_indent=module.default_indent,
+                         default_newline=module.default_newline)
+    state.indent_tokens = [indent] if indent else []
+    node._codegen(state)
+    return "".join(state.tokens)
 
 
 def _edit_start(edit: Edit) -> tuple[int, int]:
