@@ -823,9 +823,12 @@ def _combine(values: list[Value], scalar_if_all: bool = False) -> Value:
 
 
 def _loss_result(arguments: list[Value]) -> Value:
-    """A loss has history unless every input is known to be free of it
-    (a loss on detached inputs, a metric computed under no_grad)."""
-    if arguments and all(v.history is False for v in arguments):
+    """A loss has history unless its input (the first argument, the
+    prediction) is known to be free of it and no other argument is known to
+    carry any (a loss of a prediction made under no_grad, whatever targets it
+    is compared with; a loss on detached inputs)."""
+    if arguments and arguments[0].history is False \
+            and not any(v.history is True for v in arguments):
         return CLEAN
     return HISTORY_SCALAR
 
