@@ -223,18 +223,17 @@ class AutogradValues:
             return UNKNOWN
         seen = seen | {id(node)}
         depth += 1
-        if isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
-                             cst.FormattedString, cst.ConcatenatedString, cst.Comparison,
-                             cst.Lambda)):
-            return CLEAN
-        if isinstance(node, cst.Name):
+        node_type = type(node)
+        if node_type is cst.Name:
             return self._trace_name(node.value, seen, depth)
-        if isinstance(node, cst.Attribute):
-            return self._trace_attribute(node, seen, depth)
-        if isinstance(node, cst.Subscript):
-            return self._trace_subscript(node, seen, depth)
-        if isinstance(node, cst.Call):
+        if node_type is cst.Call:
             return self._trace_call(node, seen, depth)
+        if node_type is cst.Attribute:
+            return self._trace_attribute(node, seen, depth)
+        if node_type is cst.Subscript:
+            return self._trace_subscript(node, seen, depth)
+        if node_type in _CLEAN_TYPES:
+            return CLEAN
         if isinstance(node, cst.BinaryOperation):
             return _combine([self._trace(node.left, seen, depth),
                              self._trace(node.right, seen, depth)], scalar_if_all=True)
@@ -853,3 +852,8 @@ def _literal_key(node: cst.Subscript) -> str | None:
         return None
     value = node.slice[0].slice.value
     return value.raw_value if isinstance(value, cst.SimpleString) else None
+
+
+_CLEAN_TYPES = frozenset({cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
+                          cst.FormattedString, cst.ConcatenatedString, cst.Comparison,
+                          cst.Lambda})

@@ -279,7 +279,7 @@ def _parameter(params: list[Flow], slot: int | str) -> Flow | None:
 
 def root_name(node: cst.BaseExpression) -> str | None:
     """`batch` for `batch`, `batch[0]`, `batch.x`, `batch["image"][0]`."""
-    while isinstance(node, (cst.Subscript, cst.Attribute)):
+    while type(node) is cst.Subscript or type(node) is cst.Attribute:
         node = node.value
     return dotted_name(node)
 
@@ -289,17 +289,18 @@ def part_of(value: cst.BaseExpression) -> str | None:
     `Variable(batch[0])`."""
     if type(value) is cst.Name:  # the common case, first
         return value.value
-    while isinstance(value, cst.Call):
-        if isinstance(value.func, cst.Attribute) and value.func.attr.value in _PART_METHODS:
+    while type(value) is cst.Call:
+        if type(value.func) is cst.Attribute and value.func.attr.value in _PART_METHODS:
             value = value.func.value
         elif (dotted_name(value.func) or "").endswith("Variable") and value.args:
             value = value.args[0].value
         else:
             break
-    if isinstance(value, (cst.Tuple, cst.List)):
+    value_type = type(value)
+    if value_type is cst.Tuple or value_type is cst.List:
         roots = {part_of(e.value) for e in value.elements}
         return roots.pop() if len(roots) == 1 else None
-    return root_name(value) if isinstance(value, (cst.Name, cst.Subscript, cst.Attribute)) \
+    return root_name(value) if value_type in (cst.Name, cst.Subscript, cst.Attribute) \
         else None
 
 

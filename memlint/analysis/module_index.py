@@ -75,6 +75,8 @@ class ModuleIndex:
         #: called from places this file does not show
         self.escaped: list[tuple[cst.BaseExpression, str | None]] = []
         self._stack: list[FunctionInfo | ClassInfo] = []
+        self._grad_off_entries = 0
+        self._subclasses: dict = {}
         self._grad_off_by_callers: set[FunctionInfo] | None = None
         self._sites_by_callee: dict[FunctionInfo, list[CallSite]] | None = None
 
@@ -112,8 +114,7 @@ class ModuleIndex:
     def grad_disabled(self) -> bool:
         """`ctx.grad_disabled`, or inside a function whose decorator is a
         project's wrapper around no_grad / inference_mode."""
-        return self.ctx.grad_disabled or any(
-            isinstance(e, FunctionInfo) and e.grad_off_decorator for e in self._stack)
+        return self.ctx.grad_disabled or self._grad_off_entries > 0
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         info = ClassInfo(node, node.name.value, [arg.value for arg in node.bases if arg.keyword is None])
@@ -142,12 +143,19 @@ class ModuleIndex:
             info.parent.children.append(info)
         self.functions[info.node] = info
         self._stack.append(info)
+        if info.grad_off_decorator:
+            self._grad_off_entries += 1
+
+    def _leave_function(self) -> None:
+        info = self._stack.pop()
+        if info.grad_off_decorator:
+            self._grad_off_entries -= 1
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._stack.pop()
+        self._leave_function()
 
     def leave_Lambda(self, node: cst.Lambda) -> None:
-        self._stack.pop()
+        self._leave_function()
 
     def visit_Call(self, node: cst.Call) -> None:
         caller = self.current
@@ -183,9 +191,12 @@ class ModuleIndex:
             pending.extend(b.value for b in info.bases if isinstance(b, cst.Name))
 
     def subclasses(self, class_name: str) -> Iterator[ClassInfo]:
-        for info in self.classes.values():
-            if info.name != class_name and any(c.name == class_name for c in self.lineage(info.name)):
-                yield info
+        known = self._subclasses.get(class_name)
+        if known is None or known[0] != len(self.classes):
+            known = self._subclasses[class_name] = (len(self.classes), [
+                info for info in self.classes.values()
+                if info.name != class_name and any(c.name == class_name for c in self.lineage(info.name))])
+        yield from known[1]
 
     def methods_named(self, class_name: str, method: str) -> list[FunctionInfo]:
         """`self.method` inside `class_name`: its own or inherited definition,

@@ -364,16 +364,17 @@ class TensorHistoryKept(Rule):
     def _accumulated_parts(self, name: str, value: cst.BaseExpression):
         """`acc + t` / `t + acc` / `torch.cat((acc, t))`, also as one arm of
         `t if acc is None else torch.cat((acc, t))`: the parts added to `acc`."""
-        if isinstance(value, cst.IfExp):
+        value_type = type(value)
+        if value_type is cst.IfExp:
             yield from self._accumulated_parts(name, value.body)
             yield from self._accumulated_parts(name, value.orelse)
-        elif isinstance(value, cst.BinaryOperation) and \
-                isinstance(value.operator, (cst.Add, cst.Subtract)):
+        elif value_type is cst.BinaryOperation and \
+                type(value.operator) in (cst.Add, cst.Subtract):
             if dotted_name(value.left) == name:
                 yield value.right, "add"
             elif dotted_name(value.right) == name and isinstance(value.operator, cst.Add):
                 yield value.left, "add"
-        elif isinstance(value, cst.Call) and self.ctx.qualify(value.func) in _CONCATENATIONS \
+        elif value_type is cst.Call and self.ctx.qualify(value.func) in _CONCATENATIONS \
                 and value.args and isinstance(value.args[0].value, (cst.Tuple, cst.List)):
             elements = [e.value for e in value.args[0].value.elements]
             if any(dotted_name(e) == name for e in elements):
@@ -412,11 +413,12 @@ class TensorHistoryKept(Rule):
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:
         func = node.func
-        if (isinstance(func, cst.Attribute) and func.attr.value in BACKWARD_METHODS) or \
+        is_attribute = type(func) is cst.Attribute
+        if (is_attribute and func.attr.value in BACKWARD_METHODS) or \
                 self.ctx.qualify(func) in AUTOGRAD_ENTRY:
             self.frames[-1].calls_backward = True
             self.training_loops.update(map(id, self.ctx.loops))
-        elif isinstance(func, cst.Attribute) and func.attr.value == "step" and \
+        elif is_attribute and func.attr.value == "step" and \
                 _OPTIMIZER.search(dotted_name(func.value) or ""):
             self.training_loops.update(map(id, self.ctx.loops))
 
