@@ -312,13 +312,18 @@ class Context:
         if node.value is not None:
             self._bind(node.target, node.value)
 
-    def _leave_expression_statement(self, node: cst.Expr) -> None:
-        """A bare `torch.set_grad_enabled(False)` switches grad mode from here on."""
-        call = node.value
+    def switched_grad_mode(self, statement: cst.Expr) -> bool | None:
+        """The grad mode a bare `torch.set_grad_enabled(False)` (or `True`)
+        statement switches to from here on; None for any other statement."""
+        call = statement.value
         if isinstance(call, cst.Call) and self.names.qualify(call.func) in _SET_GRAD and call.args:
-            mode = _literal_bool(call.args[0].value)
-            if mode is not None:
-                self.scope.grad.append(mode)
+            return _literal_bool(call.args[0].value)
+        return None
+
+    def _leave_expression_statement(self, node: cst.Expr) -> None:
+        mode = self.switched_grad_mode(node)
+        if mode is not None:
+            self.scope.grad.append(mode)
 
     def _current_grad(self) -> bool:
         return not self.grad_disabled

@@ -680,9 +680,7 @@ class GradInInference(Rule):
             if type(line) is not cst.SimpleStatementLine:
                 continue
             for statement in line.body:
-                call = statement.value if type(statement) is cst.Expr else None
-                if isinstance(call, cst.Call) and self.ctx.names.qualify(call.func) in _SET_GRAD \
-                        and call.args and _is_false_literal(call.args[0].value):
+                if type(statement) is cst.Expr and self.ctx.switched_grad_mode(statement) is False:
                     return True
         return False
 
@@ -773,8 +771,6 @@ def _is_volatile(call: cst.Call) -> bool:
 _HOST_FACTORIES = {f"torch.{name}" for name in (
     "randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
     "FloatTensor", "Tensor", "LongTensor", "DoubleTensor")}
-_SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
-             "torch.autograd.grad_mode.set_grad_enabled"}
 
 
 def _is_false_literal(node: cst.BaseExpression) -> bool:
