@@ -187,16 +187,16 @@ def _plan(node_type: type, ctx: Context, visitors: Handlers, leavers: Handlers) 
     leaves = tuple(leavers.get(node_type, ()))
     if not fields and not visits and not leaves and enter is None and context_leave is None:
         return _SKIP  # never an ancestor of anything, seen by nothing
-    leave = None
-    if leaves or context_leave is not None:
-        pop_ancestor = ctx.ancestors.pop
+    if not leaves and context_leave is None:
+        return visits, enter, None, fields
+    pop_ancestor = ctx.ancestors.pop
 
-        def leave(node: cst.CSTNode) -> None:
-            for handler in leaves:
-                handler(node)
-            if context_leave is not None:
-                context_leave(ctx, node)
-            pop_ancestor()
+    def leave(node: cst.CSTNode) -> None:
+        for handler in leaves:
+            handler(node)
+        if context_leave is not None:
+            context_leave(ctx, node)
+        pop_ancestor()
     return visits, enter, leave, fields
 
 
