@@ -351,11 +351,27 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str]) -> 
             and root.func.attr.value in ("state_dict", "detach", "clone"):
         root = root.func.value
     name = dotted_name(root)
+    if name is not None and name.endswith(".module"):
+        name = name[:-len(".module")]  # `model.module.state_dict()` of a DataParallel
     if name is not None and name not in moved_to_gpu:
         built = ctx.binding(name)
         while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
                 and built.func.attr.value in ("eval", "train", "float", "double"):
             built = built.func.value
+        if isinstance(built, cst.Call) and built.args \
+                and (dotted_name(built.func) or "").endswith("DataParallel"):
+            built = built.args[0].value  # DataParallel moves nothing: what it wraps decides
+            wrapped = dotted_name(built)
+            if wrapped is not None:  # `net = DataParallel(net)`: the `net` before it
+                site = ctx.binding_site(wrapped)
+                if wrapped == name:
+                    site = site.previous if site is not None else None
+                built = None if wrapped in moved_to_gpu or site is None else site.value
+            while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
+                    and built.func.attr.value in ("eval", "train", "float", "double", "to", "cuda"):
+                if moves_to_cuda(built, ctx):
+                    return False  # `Linear(10, 1).cuda()`
+                built = built.func.value
         if isinstance(built, cst.Call) and call_arg(built, "device") is None \
                 and _BUILT_CLASS.fullmatch((dotted_name(built.func) or "").rsplit(".", 1)[-1]):
             return True
