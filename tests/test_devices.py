@@ -27,7 +27,10 @@ class _Probe:
 
 
 def device_of_to(source: str) -> bool | None:
+    from memlint.analysis.project import FactCollector, ModuleFacts, cpu_default_options
     ctx = Context(ImportTable(), "example.py")
+    facts = ModuleFacts("example.py", "example", True, cpu_default_options=cpu_default_options(source))
+    ctx.analyses[FactCollector] = FactCollector(ctx, facts)
     probe = _Probe(ctx)
     walk(cst.parse_module(textwrap.dedent(source)), ctx,
          handlers_for([probe], "visit_"), handlers_for([probe], "leave_"))
@@ -50,6 +53,11 @@ def device_of_to(source: str) -> bool | None:
     ('import torch\ndef train(args):\n    x.to(args.device)', True),
     ('import torch\nfrom utils import get_device\nd = get_device()\nx.to(d)', True),
     ('import torch\nx.to(torch.float16)', False),
+    # an option whose default is the CPU, declared below the code that reads it
+    ('import torch\ndef train(args):\n    x.to(args.device)\n'
+     'parser.add_argument("--device", type=str, default="cpu", help="cpu or cuda")', False),
+    ('import torch\ndef train(args):\n    x.to(args.device)\n'
+     'parser.add_argument("--device", type=str, default="cuda")', True),
     ('import torch\nx.to(other.device)', None),
     ('import torch\nimport torch_xla.core.xla_model as xm\nx.to(xm.xla_device())', False),
 ])

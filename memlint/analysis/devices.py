@@ -103,6 +103,8 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
     bound = ctx.binding(name)
     if bound is not None:
         return is_cuda_device(bound, ctx, depth + 1)
+    if "." in name and _cpu_by_default(name.rsplit(".", 1)[-1], ctx):
+        return False  # `args.device` of `add_argument("--device", default="cpu")`
     if name in CONVENTIONAL_DEVICE_NAMES or name.rsplit(".", 1)[-1] in CONVENTIONAL_DEVICE_NAMES:
         # in a program written only for TPUs the conventional name holds the XLA device
         return None if ctx.names.imports("torch_xla") and not _file_mentions_cuda(ctx) else True
@@ -118,6 +120,11 @@ def _tests_opt_in_option(test: cst.BaseExpression, ctx: Context) -> bool:
     name = dotted_name(test) or ""
     return collector is not None and "." in name \
         and name.rsplit(".", 1)[-1] in collector.facts.cuda_opt_in
+
+
+def _cpu_by_default(option: str, ctx: Context) -> bool:
+    collector = FactCollector.of(ctx)
+    return collector is not None and option in collector.facts.cpu_default_options
 
 
 def _file_mentions_cuda(ctx: Context) -> bool:

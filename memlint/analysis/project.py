@@ -76,6 +76,8 @@ class ModuleFacts:
     #: the command-line options that turn CUDA on and are off by default
     #: (`add_argument("--cuda", action="store_true")`): its CUDA code is opt-in
     cuda_opt_in: set[str] = field(default_factory=set)
+    #: options whose default is the CPU (`add_argument("--device", default="cpu")`)
+    cpu_default_options: set[str] = field(default_factory=set)
 
     @property
     def cuda_by_default(self) -> bool:
@@ -93,6 +95,19 @@ class ModuleFacts:
     #: classes whose `forward` is decorated `@torch.no_grad()` (or
     #: `inference_mode`): calling one records no graph
     grad_off_forwards: set[str] = field(default_factory=set)
+
+
+_CPU_DEFAULT_OPTION = re.compile(
+    r"""add_argument\(\s*(?:['"]-\w['"]\s*,\s*)?['"]--?([\w-]+)['"][^()]*?"""
+    r"""default\s*=\s*['"]cpu['"]""")
+
+
+def cpu_default_options(source: str) -> set[str]:
+    """Options whose default is the CPU (`add_argument('--device', default='cpu')`),
+    read off the text before the walk: code above the parser reads `args.device`."""
+    if "default" not in source:
+        return set()
+    return {m.group(1).replace("-", "_") for m in _CPU_DEFAULT_OPTION.finditer(source)}
 
 
 def module_name(path: str, root: str | None = None) -> str:

@@ -19,8 +19,9 @@ import libcst as cst
 from memlint.analysis.context import Context
 from memlint.analysis.flows import ValueFlows
 from memlint.analysis.names import ImportTable
-from memlint.analysis.project import (FactCollector, ModuleFacts, Project, mentions_cuda,
-                                      imported_modules, module_name, runs_distributed)
+from memlint.analysis.project import (FactCollector, ModuleFacts, Project, cpu_default_options,
+                                      imported_modules, mentions_cuda, module_name,
+                                      runs_distributed)
 from memlint.analysis.walker import handlers_for, walk
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
@@ -67,7 +68,8 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
     lowered = source.lower()
     facts = ModuleFacts(path, module_name(path) if module is None else module,
                         mentions_cuda(source, lowered), runs_distributed(source, lowered),
-                        imported_modules(source), ".cuda(" in source or ".to(" in source)
+                        imported_modules(source), ".cuda(" in source or ".to(" in source,
+                        cpu_default_options=cpu_default_options(source))
     rule_types = [r for r in ALL_RULES
                   if r.code in selected and any(k in source for k in r.keywords)]
     if not rule_types:
