@@ -137,6 +137,18 @@ def test_overlapping_fixes_are_taken_on_a_later_pass():
     cst.parse_module(result.text)
 
 
+def test_a_waiting_fix_is_found_again_after_an_earlier_fix_moved_its_line():
+    """The decorator inserted above the function moves the nested load a
+    line down; the load that waited for the overlap is still fixed."""
+    source = ("import torch\ndef evaluate(model, x):\n    model.eval()\n"
+              "    out = model(x.cuda())\n"
+              "    model.load_state_dict(torch.load(torch.load(a)))\n    return out\n")
+    result = fix_text(source, check_source(source, "t.py"), unsafe=True,
+                      recheck=lambda text: check_source(text, "t.py"))
+    assert "@torch.no_grad()\ndef evaluate" in result.text
+    assert result.text.count('map_location="cpu"') == 2 and len(result.fixed) == 3
+
+
 def test_a_fix_that_would_not_parse_is_not_applied():
     finding, = check_source(LOAD, "t.py")
     broken = finding.fix.edits[0].__class__(3, 23, 3, 44, "torch.load((")

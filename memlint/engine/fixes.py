@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import io
 import os
-import re
 import stat
 import tempfile
 import tokenize
@@ -23,10 +22,10 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from memlint.engine.source import LINE_BREAK
 from memlint.finding import SAFE, Finding, Fix
 
 MAX_PASSES = 8
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class FileChanged(Exception):
@@ -65,29 +64,32 @@ def fix_text(text: str, findings: Iterable[Finding], unsafe: bool,
         fixed_text, applied, waiting = apply_fixes(result.text, pending)
         if not applied or not parses(fixed_text):
             break
+        # the waiting findings' positions are in the text before this pass
+        waited = _identities(waiting, result.text)
         result.text = fixed_text
         result.fixed.extend(applied)
         if not waiting:
             break
-        waited = {_identity(f, result.text) for f in waiting}
-        pending = [f for f in recheck(result.text)
-                   if wanted(f, unsafe) and _identity(f, result.text) in waited]
+        rechecked = [f for f in recheck(result.text) if wanted(f, unsafe)]
+        pending = [f for f, identity in zip(rechecked, _identities(rechecked, result.text))
+                   if identity in waited]
     return result
 
 
-def _identity(finding: Finding, text: str) -> tuple[str, str, str]:
-    """A finding as it reads, not where it is: edits above move it."""
-    return finding.code, finding.message, _flagged_text(finding, text)
-
-
-def _flagged_text(finding: Finding, text: str) -> str:
+def _identities(findings: list[Finding], text: str) -> list[tuple[str, str, str]]:
+    """Each finding as it reads, not where it is (edits above move it): its
+    code, its message and the code it flags in `text`, the text its
+    positions refer to."""
     starts = line_starts(text)
-    try:
-        start = starts[finding.line - 1] + finding.column - 1
-        end = starts[finding.end_line - 1] + finding.end_column - 1
-    except IndexError:
-        return ""
-    return text[start:end]
+    identities = []
+    for finding in findings:
+        try:
+            start = starts[finding.line - 1] + finding.column - 1
+            end = starts[finding.end_line - 1] + finding.end_column - 1
+        except IndexError:
+            start = end = 0
+        identities.append((finding.code, finding.message, text[start:end]))
+    return identities
 
 
 def apply_fixes(text: str, findings: list[Finding]) -> tuple[str, list[Finding], list[Finding]]:
@@ -126,7 +128,7 @@ def line_starts(text: str) -> list[int]:
     """The offset of each line's first character, lines split as libcst and
     Python split them (`\\r\\n`, `\\r`, `\\n`)."""
     starts = [0]
-    starts.extend(match.end() for match in _LINE_BREAK.finditer(text))
+    starts.extend(match.end() for match in LINE_BREAK.finditer(text))
     return starts
 
 

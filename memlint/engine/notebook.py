@@ -29,7 +29,7 @@ import warnings
 from dataclasses import dataclass, replace
 
 from memlint.analysis.project import ModuleFacts, Project
-from memlint.engine.source import analyse_source, syntax_error
+from memlint.engine.source import LINE_BREAK, analyse_source, syntax_error
 from memlint.finding import Finding, Related
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
@@ -41,7 +41,6 @@ PYTHON_CELL_MAGICS = frozenset({
     "scalene", "pypy", "python", "python3", "cuda_memory",
 })
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CELL_MAGIC = re.compile(r"\s*%%(?P<name>\w+)")
 # `%magic`, `!cmd`, `x = %magic`, `files = !ls`, `?obj`, `obj?`, `obj??`, and
 # the wildcard search `torch.*Tensor?`, matched after the indentation (an
@@ -105,7 +104,7 @@ def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | N
             continue
         source = cell["source"]
         text = "".join(source) if isinstance(source, list) else source
-        lines = _LINE_BREAK.split(text)
+        lines = LINE_BREAK.split(text)
         if _parse_error(lines) is not None:
             lines = python_lines(lines)
             unparsable = _parse_error(lines)

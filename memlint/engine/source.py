@@ -31,7 +31,7 @@ from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 from memlint.rules.base import FixPlan
 
 #: Python's line ends; str.splitlines() also splits on form feeds and others.
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 class RuleCrash(Exception):
@@ -163,7 +163,7 @@ def _place(module: cst.Module, source: str, path: str, reports,
               for n in (node, stmt, *(evidence for evidence, _ in related), *_fixed_nodes(fix))
               if n is not None]
     positions = positions_of(module, wanted)
-    lines = _LINE_BREAK.split(source)
+    lines = LINE_BREAK.split(source)
     findings = set()
     for rule, node, stmt, message, unless, related, plan in reports:
         span = positions[id(node)]
