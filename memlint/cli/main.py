@@ -216,7 +216,7 @@ def _check(options: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def _fixable(report, settings: Settings, unsafe: bool):
+def _fixable(report, unsafe: bool):
     """The findings whose fixes `--fix` applies, by file."""
     by_path: dict[str, list] = {}
     for finding in report.findings:
@@ -243,40 +243,40 @@ def _fix(report, sources: list[Source], settings: Settings, unsafe: bool):
     """Apply the fixes, file by file; a file that cannot be written keeps its
     findings and says why. Returns how many findings were fixed, and the
     sources to check again (stdin's with its fixed text)."""
-    by_path = _fixable(report, settings, unsafe)
+    by_path = _fixable(report, unsafe)
     fixed, updated = 0, []
     for source in sources:
         findings = by_path.get(source.path)
-        if not findings:
-            updated.append(source)
-            continue
-        original, _, result = _fixed_text(source, findings, settings, unsafe)
-        if source.data is not None:  # stdin: the fixed text is printed, not written
-            updated.append(replace(source, data=encode_like(original, result.text)))
-            fixed += len(result.fixed)
-            continue
-        if result.changed:
-            try:
-                write_fixed(source.path, original, result.text)
-            except FileChanged:
-                print(f"memlint: {display_path(source.path)}: changed on disk while it was "
-                      f"checked; not fixed", file=sys.stderr)
-                updated.append(source)
-                continue
-            except OSError as error:
-                print(f"memlint: {display_path(source.path)}: not fixed: "
-                      f"{error.strerror or error}", file=sys.stderr)
-                updated.append(source)
-                continue
-            fixed += len(result.fixed)
+        if findings:
+            original, _, result = _fixed_text(source, findings, settings, unsafe)
+            if source.data is not None:  # stdin: the fixed text is printed, not written
+                source = replace(source, data=encode_like(original, result.text))
+                fixed += len(result.fixed)
+            elif result.changed and _written(source.path, original, result.text):
+                fixed += len(result.fixed)
         updated.append(source)
     return fixed, updated
+
+
+def _written(path: str, original: bytes, text: str) -> bool:
+    """Write the fixed text, or say in one line why the file keeps its own."""
+    try:
+        write_fixed(path, original, text)
+    except FileChanged:
+        print(f"memlint: {display_path(path)}: changed on disk while it was checked; "
+              f"not fixed", file=sys.stderr)
+        return False
+    except OSError as error:
+        print(f"memlint: {display_path(path)}: not fixed: {error.strerror or error}",
+              file=sys.stderr)
+        return False
+    return True
 
 
 def _diff(report, sources: list[Source], settings: Settings, unsafe: bool) -> int:
     """`--diff`: what `--fix` would change, as a unified diff; nothing written."""
     import difflib
-    by_path = _fixable(report, settings, unsafe)
+    by_path = _fixable(report, unsafe)
     changes = 0
     for source in sources:
         findings = by_path.get(source.path)
