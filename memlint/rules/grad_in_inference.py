@@ -338,18 +338,33 @@ class GradInInference(Rule):
     def _built_from(self, module: str) -> str | None:
         """`DiffVC` for a model bound to `DiffVC(params).cuda()`."""
         site = self.ctx.binding_site(module)
-        built = None
-        for _ in range(4):  # `g = DiffVC(p)`, then `g = g.cuda()`: back to where it was built
-            if site is None:
-                return None
-            built = unchained(site.value)
-            if dotted_name(built) != module or site.previous is None:
-                break
-            site = site.previous
+        built, _ = self._where_built(module, site.value if site is not None else None, site)
         if not isinstance(built, cst.Call):
             return None
         name = (dotted_name(built.func) or "").rsplit(".", 1)[-1]
         return name if _CLASS_NAME.fullmatch(name) else None
+
+    def _where_built(self, module: str, value: cst.BaseExpression | None,
+                     site) -> tuple[cst.BaseExpression | None, bool]:
+        """Back from `module`'s binding (`value`, at `site`) to the expression
+        that built it, through `net = net.eval()`, `net = Net().cuda()` and
+        `model = nn.DataParallel(model)` (which moves nothing); and whether a
+        move to a CUDA device was on the way."""
+        moved = False
+        for _ in range(4):
+            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value in CHAINED:
+                moved = moved or moves_to_cuda(value, self.ctx)
+                value = value.func.value
+            if isinstance(value, cst.Call) and value.args \
+                    and (dotted_name(value.func) or "").endswith("DataParallel"):
+                value = value.args[0].value  # the model it wraps
+                continue
+            if dotted_name(value) != module or site is None or site.previous is None:
+                break
+            site = site.previous
+            value = site.value
+        return value, moved
 
     def _close_top_level_inference(self, module: str) -> None:
         """`cnn.train()` at a script's top level after an unguarded eval
@@ -423,23 +438,9 @@ class GradInInference(Rule):
             return False  # a parameter, an attribute, a global: placed elsewhere
         if self.unit.on_gpu.get(module):
             return False
-        site = self.ctx.scope.sites.get(module)
-        value = self.ctx.scope.bindings[module]
-        for _ in range(4):  # `net = Net()`, then `net = net.eval()`: back to where it was built
-            while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                    and value.func.attr.value in CHAINED:
-                if moves_to_cuda(value, self.ctx):
-                    return False
-                value = value.func.value
-            if isinstance(value, cst.Call) and value.args \
-                    and (dotted_name(value.func) or "").endswith("DataParallel"):
-                value = value.args[0].value  # `model = nn.DataParallel(model)`: the model it wraps
-                continue
-            if dotted_name(value) != module or site is None or site.previous is None:
-                break
-            site = site.previous
-            value = site.value
-        if not isinstance(value, cst.Call) or call_arg(value, "device") is not None \
+        value, moved = self._where_built(module, self.ctx.scope.bindings[module],
+                                         self.ctx.scope.sites.get(module))
+        if moved or not isinstance(value, cst.Call) or call_arg(value, "device") is not None \
                 or creates_on_cuda(value, self.ctx):
             return False
         built = dotted_name(value.func) or ""
