@@ -15,7 +15,7 @@ from typing import NamedTuple, TypeVar
 
 import libcst as cst
 
-from memlint.analysis.names import ImportTable, dotted_name
+from memlint.analysis.names import ImportTable, dotted_name, literal_bool
 
 _GRAD_OFF = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
              "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
@@ -244,7 +244,7 @@ class Context:
         if qualified in _GRAD_ON:
             return True
         if qualified in _SET_GRAD and isinstance(node, cst.Call) and node.args:
-            return _literal_bool(node.args[0].value)
+            return literal_bool(node.args[0].value)
         return None
 
     # -- the walker's side ------------------------------------------------
@@ -317,7 +317,7 @@ class Context:
         statement switches to from here on; None for any other statement."""
         call = statement.value
         if isinstance(call, cst.Call) and self.names.qualify(call.func) in _SET_GRAD and call.args:
-            return _literal_bool(call.args[0].value)
+            return literal_bool(call.args[0].value)
         return None
 
     def _leave_expression_statement(self, node: cst.Expr) -> None:
@@ -428,12 +428,6 @@ def _named_like_grad_off(decorator: cst.BaseExpression) -> bool:
     target = decorator.func if isinstance(decorator, cst.Call) else decorator
     name = dotted_name(target) or ""
     return name.rsplit(".", 1)[-1].endswith(("inference_mode", "no_grad"))
-
-
-def _literal_bool(node: cst.BaseExpression) -> bool | None:
-    if isinstance(node, cst.Name) and node.value in ("True", "False"):
-        return node.value == "True"
-    return None
 
 
 def _enter_if(ctx: Context, node: cst.If) -> None:

@@ -142,6 +142,20 @@ class ImportTable:
         return any(v == module or v.startswith(prefix) for v in self._aliases.values())
 
 
+def literal_bool(node: cst.BaseExpression) -> bool | None:
+    """True or False for the literals `True` / `False`, else None."""
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def defines_method(class_def: cst.ClassDef | None, name: str) -> bool:
+    """Whether the class's own body defines a method called `name`."""
+    return class_def is not None and any(
+        type(statement) is cst.FunctionDef and statement.name.value == name
+        for statement in class_def.body.body)
+
+
 def call_arg(call: cst.Call, keyword: str, position: int | None = None) -> cst.Arg | None:
     """The argument given as `keyword=` or, if `position` is set, positionally."""
     positional = 0

@@ -11,7 +11,7 @@ from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
                                     iterated_name, local_owner)
-from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs
+from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs, literal_bool
 from memlint.analysis.project import (Either, FactCollector, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
@@ -203,7 +203,7 @@ class DataLoaderWithoutPinMemory(Rule):
             self._note_dataset_on_gpu()
             self.copies_to_cuda = True
             non_blocking = call_arg(node, "non_blocking")
-            if non_blocking is not None and _is_true(non_blocking.value):
+            if non_blocking is not None and literal_bool(non_blocking.value) is True:
                 self.copies_non_blocking = True
         elif creates_on_cuda(node, self.ctx):
             self._note_dataset_on_gpu()
@@ -230,7 +230,7 @@ class DataLoaderWithoutPinMemory(Rule):
             if has_star_kwargs(node):
                 return  # pin_memory may come with the **kwargs
             written = "DataLoader(...) without pin_memory"
-        elif _is_false(pin.value):
+        elif literal_bool(pin.value) is False:
             written = "DataLoader(..., pin_memory=False)"
         else:
             return  # True, or decided at run time (a variable, `device.type == "cuda"`)
@@ -349,11 +349,3 @@ def _pin(loader: _Loader) -> FixPlan:
     return FixPlan(SAFE if loader.host_dataset else UNSAFE, "pass pin_memory=True",
                    ((loader.node, with_keyword(loader.node, "pin_memory", "True",
                                                _PIN_MEMORY_POSITION)),))
-
-
-def _is_true(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "True"
-
-
-def _is_false(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "False"

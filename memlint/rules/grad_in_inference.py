@@ -13,7 +13,7 @@ from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import (Either, FactCollector, UnlessCalledToTrain,
                                       UnlessCallersDisableGrad, UnlessForwardDisablesGrad,
                                       UnlessProjectOnCpu)
-from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule
 
@@ -254,7 +254,7 @@ class GradInInference(Rule):
             self.unit.frozen -= {name.rsplit(".", 1)[0] for name in targets if "." in name}
         if not any(name.endswith(".requires_grad") for name in targets):
             return
-        if _is_false_literal(node.value):
+        if literal_bool(node.value) is False:
             # `for v in model.parameters(): v.requires_grad = False`: a frozen
             # model's forward on an input without grad records nothing
             frozen = self._parameters_looped_over()
@@ -774,10 +774,6 @@ _HOST_FACTORIES = {f"torch.{name}" for name in (
     "FloatTensor", "Tensor", "LongTensor", "DoubleTensor")}
 
 
-def _is_false_literal(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) and node.value == "False"
-
-
 def _is_false(call: cst.Call) -> bool:
     """`model.train(False)` puts the model in eval mode."""
-    return bool(call.args) and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False"
+    return bool(call.args) and literal_bool(call.args[0].value) is False

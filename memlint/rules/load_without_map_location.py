@@ -9,7 +9,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.flows import root_name
-from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.project import (Either, FactCollector, UnlessProjectOnCpu,
                                       UnlessSavedWithoutGpuTensors)
 from memlint.finding import SAFE, UNSAFE
@@ -221,7 +221,7 @@ class LoadWithoutMapLocation(Rule):
         if any(_DATA_FILE.search(name) for name in names if name):
             return True
         function = self.ctx.function
-        if function is not None and _reads_samples(self.ctx.class_def):
+        if function is not None and defines_method(self.ctx.class_def, "__getitem__"):
             return True  # a Dataset reading one sample's file, not a checkpoint
         return (function is not None and function.name.value == "__init__"
                 and self.ctx.class_def is not None)
@@ -310,13 +310,6 @@ def _path_key(node: cst.BaseExpression) -> str | None:
     if text:
         return text
     return dotted_name(node) or _file_named(node)
-
-
-def _reads_samples(class_def: cst.ClassDef | None) -> bool:
-    """A class with `__getitem__`: a data set, whose methods read samples."""
-    return class_def is not None and any(
-        type(statement) is cst.FunctionDef and statement.name.value == "__getitem__"
-        for statement in class_def.body.body)
 
 
 def _file_named(node: cst.BaseExpression) -> str | None:

@@ -9,7 +9,7 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import (AUTOGRAD_ENTRY, BACKWARD_METHODS, AutogradValues,
                                               BackwardFlows, Value, names_in)
-from memlint.analysis.names import dotted_name
+from memlint.analysis.names import defines_method, dotted_name
 from memlint.analysis.project import (Condition, Either, FactCollector,
                                       UnlessImportedFunctionsKeepNoHistory, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
@@ -322,7 +322,7 @@ class TensorHistoryKept(Rule):
             return False
         return any(self.ctx.qualify(base.value) in _MODULE_BASES
                    or dotted_name(base.value) in _MODULE_BASES for base in class_def.bases) \
-            or _defines_forward(class_def)
+            or defines_method(class_def, "forward")  # a module whatever its base (RecBole's KGCN)
 
     # -- what functions return -------------------------------------------------
     def visit_Return(self, node: cst.Return) -> None:
@@ -503,14 +503,6 @@ def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
         elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             pending.extend(node.children)
     return found
-
-
-def _defines_forward(class_def: cst.ClassDef) -> bool:
-    """A class with its own `forward` is a module whatever its base (RecBole's
-    `KGCN(KnowledgeRecommender)`, the base in another file): its methods are
-    the model's code."""
-    return any(type(statement) is cst.FunctionDef and statement.name.value == "forward"
-               for statement in class_def.body.body)
 
 
 def _container_name(node: cst.BaseExpression) -> str | None:
