@@ -156,7 +156,7 @@ class ValueFlows:
             flows = [f for f in flows if receiver in f.names]
         moved = moves_to_cuda(node, self.ctx) if receiver is not None else False
         imported = self.ctx.qualify(func)  # `from val_2D import test_single_volume`
-        local = self._local_callee(func) if imported is None else None
+        local = self._callee(func) if imported is None else None
         if local is _MOVES_NOTHING:
             return
         for flow in flows:
@@ -181,7 +181,7 @@ class ValueFlows:
                 elif imported is None:
                     flow.unknown = True
 
-    def _local_callee(self, func: cst.BaseExpression):
+    def _callee(self, func: cst.BaseExpression):
         """The function of this module a call runs (`net(x)` after `net =
         linreg` runs `linreg`), or `_MOVES_NOTHING` for a module or loss built
         right here (`net = nn.Sequential(...)`, `criterion =
@@ -241,7 +241,7 @@ class ValueFlows:
         return facts
 
 
-#: What `_local_callee` answers for a call that moves none of its arguments.
+#: What `ValueFlows._callee` answers for a call that moves none of its arguments.
 _MOVES_NOTHING = object()
 
 
