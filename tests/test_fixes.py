@@ -68,6 +68,39 @@ def test_pin_memory_is_safe_for_host_datasets_and_unsafe_for_the_projects_own():
     assert fixes(own_loader)[0][:2] == ("MEM005", UNSAFE)
 
 
+TENSOR_DATASET = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+                  "device = torch.device('cuda')\n"
+                  "train_ds = TensorDataset(X_train.to(device), y_train.cuda().float())\n"
+                  "loader = DataLoader(train_ds, batch_size=64)\n"
+                  "for epoch in range(3):\n"
+                  "    for x, y in loader:\n        x, y = x.to(device), y.to(device)\n")
+
+
+def test_a_tensor_dataset_is_built_on_the_host_when_its_loop_moves_each_batch():
+    assert fixes(TENSOR_DATASET) == [
+        ("MEM001", UNSAFE, "TensorDataset(X_train, y_train.float())")]
+
+
+def test_a_tensor_dataset_inside_its_loader_and_batches_unpacked_in_the_loop():
+    source = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+              "loader = DataLoader(TensorDataset(X_train.cuda(0)), batch_size=64)\n"
+              "for i, batch in enumerate(loader):\n    inputs, = batch\n"
+              "    inputs = inputs.cuda()\n")
+    assert fixes(source) == [("MEM001", UNSAFE, "TensorDataset(X_train)")]
+
+
+@pytest.mark.parametrize("old, new, reason", [
+    ("x, y = x.to(device), y.to(device)", "out = model(x)",
+     "the loop uses the batches where they are"),
+    ("X_train.to(device)", "X_train.to(device, torch.half)", "a dtype change rides on the move"),
+    ("in loader:", "in other_loader:", "no loop over the loader"),
+])
+def test_no_host_dataset_fix_where_dropping_the_move_changes_more(old, new, reason):
+    source = TENSOR_DATASET.replace(old, new)
+    assert "MEM001" in {f.code for f in check_source(source, "train.py")}
+    assert [f for f in fixes(source) if f[0] == "MEM001"] == [], reason
+
+
 def test_pin_memory_false_given_by_position_is_turned_true_in_place():
     source = ("import torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
               "loader = DataLoader(TensorDataset(a), 64, True, None, None, 4, None, False)\n"
@@ -230,16 +263,74 @@ def test_fix_on_stdin_writes_the_fixed_source_to_stdout():
     assert result.returncode == 0 and result.stdout.decode() == LOAD_FIXED
 
 
-def test_notebooks_are_reported_without_a_fix(tmp_path, capsys):
+def _notebook(*cells: str | list[str], indent=1) -> str:
+    """A notebook of code cells (a string, or a list of lines as Jupyter
+    writes them) with a markdown cell first and outputs on every code cell."""
     import json
-    notebook = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
-                           "execution_count": None, "source": LOAD}],
-                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    code = [{"cell_type": "code", "execution_count": 3, "metadata": {"tags": ["keep"]},
+             "outputs": [{"name": "stdout", "output_type": "stream", "text": ["ok \u00e9\n"]}],
+             "source": source} for source in cells]
+    notebook = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Résumé"]},
+                          *code],
+                "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+                "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(notebook, indent=indent, ensure_ascii=False) + "\n"
+
+
+def test_a_notebook_is_fixed_cell_by_cell_outputs_metadata_and_layout_kept(tmp_path, capsys):
+    import json
+    first = ["import torch\n", "model = Net().cuda()\n"]
+    second = ["%time x = 1\n", 'model.load_state_dict(torch.load("best.pt"))']
+    text = _notebook(first, second)
     path = tmp_path / "nb.ipynb"
-    path.write_text(json.dumps(notebook))
-    before = path.read_bytes()
+    path.write_text(text, encoding="utf-8")
     code, out, _ = check(capsys, "--fix", "--format", "json", str(path))
-    assert code == 1 and json.loads(out)[0]["fix"] is None and path.read_bytes() == before
+    assert code == 0 and json.loads(out) == []
+    fixed = path.read_text(encoding="utf-8")
+    expected = json.loads(text)
+    expected["cells"][2]["source"][1] = \
+        'model.load_state_dict(torch.load("best.pt", map_location="cpu"))'
+    assert fixed == json.dumps(expected, indent=1, ensure_ascii=False) + "\n"
+    check(capsys, "--fix", str(path))
+    assert path.read_text(encoding="utf-8") == fixed  # a second run changes nothing
+
+
+def test_a_notebook_fix_reports_edits_in_the_cells_lines(tmp_path, capsys):
+    import json
+    path = tmp_path / "nb.ipynb"
+    path.write_text(_notebook("x = 1", LOAD), encoding="utf-8")
+    _, out, _ = check(capsys, "--format", "json", str(path))
+    finding, = json.loads(out)
+    edit, = finding["fix"]["edits"]
+    assert (finding["cell"], edit["line"]) == (3, 3)
+
+
+def test_a_notebook_diff_shows_the_changed_cell_not_its_json(tmp_path, capsys):
+    path = tmp_path / "nb.ipynb"
+    text = _notebook("x = 1", LOAD)
+    path.write_text(text, encoding="utf-8")
+    code, out, _ = check(capsys, "--diff", str(path))
+    assert code == 1 and path.read_text(encoding="utf-8") == text
+    assert f"--- {path}:cell 3" in out and '+model.load_state_dict(torch.load("best.pt", ' \
+        'map_location="cpu"))' in out and "outputs" not in out
+
+
+def test_a_notebook_whose_layout_cannot_be_written_back_is_left_alone(tmp_path, capsys):
+    path = tmp_path / "nb.ipynb"
+    text = _notebook(LOAD).replace('"nbformat": 4', '"nbformat":   4')
+    path.write_text(text, encoding="utf-8")
+    code, _, err = check(capsys, "--fix", str(path))
+    assert code == 1 and path.read_text(encoding="utf-8") == text
+    assert "not fixed: its JSON layout" in err
+
+
+def test_no_notebook_fix_where_the_checker_read_the_line_differently():
+    """A cell indented as a whole is read without its indentation: the
+    edit's columns would not be the cell's, so no fix is offered there."""
+    from memlint.engine.notebook import check_notebook_source
+    indented = "  " + LOAD.replace("\n", "\n  ").rstrip(" ")
+    finding, = check_notebook_source(_notebook(indented), "nb.ipynb")
+    assert finding.code == "MEM007" and finding.fix is None
 
 
 def test_json_and_sarif_carry_the_fix(tmp_path, capsys):

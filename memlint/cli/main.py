@@ -18,6 +18,7 @@ from memlint.cli.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_ov
                                 common_parent, find_pyproject, load_settings, parse_codes)
 from memlint.engine import Source, check_sources, discover_sources, size_limit
 from memlint.engine.fixes import FileChanged, encode_like, fix_text, wanted, write_fixed
+from memlint.engine.notebook import cell_text, check_notebook_source, fix_notebook
 from memlint.engine.source import check_source, decode
 from memlint.cli.reporters import FORMATS, display_path, fix_summary, statistics
 from memlint.rules import NAMES_BY_CODE
@@ -229,8 +230,12 @@ def _fixed_text(source: Source, findings, settings: Settings, unsafe: bool):
     """The source's original bytes, and its text with the fixes applied."""
     original = source.data if source.data is not None else _read(source.path)
     text = decode(original)
-    result = fix_text(text, findings, unsafe,
-                      lambda fixed: check_source(fixed, source.path, settings))
+    if source.path.endswith(".ipynb"):
+        result = fix_notebook(text, findings, unsafe,
+                              lambda fixed: check_notebook_source(fixed, source.path, settings))
+    else:
+        result = fix_text(text, findings, unsafe,
+                          lambda fixed: check_source(fixed, source.path, settings))
     return original, text, result
 
 
@@ -249,6 +254,9 @@ def _fix(report, sources: list[Source], settings: Settings, unsafe: bool):
         findings = by_path.get(source.path)
         if findings:
             original, _, result = _fixed_text(source, findings, settings, unsafe)
+            if result.refused:
+                print(f"memlint: {display_path(source.path)}: not fixed: {result.refused}",
+                      file=sys.stderr)
             if source.data is not None:  # stdin: the fixed text is printed, not written
                 source = replace(source, data=encode_like(original, result.text))
                 fixed += len(result.fixed)
@@ -287,12 +295,25 @@ def _diff(report, sources: list[Source], settings: Settings, unsafe: bool) -> in
             continue
         changes += len(result.fixed)
         name = display_path(source.path)
-        _write("".join(difflib.unified_diff(text.splitlines(keepends=True),
-                                            result.text.splitlines(keepends=True),
-                                            fromfile=name, tofile=name)))
+        for label, before, after in _changed_parts(name, text, result.text):
+            _write("".join(difflib.unified_diff(before.splitlines(keepends=True),
+                                                after.splitlines(keepends=True),
+                                                fromfile=label, tofile=label)))
     count = f"{changes} finding{'s' * (changes != 1)}"
     print(f"Would fix {count}." if changes else "No fixes available.", file=sys.stderr)
     return EXIT_FINDINGS if changes else EXIT_CLEAN
+
+
+def _changed_parts(name: str, before: str, after: str):
+    """(label, before, after) of what a fix changed: the file, or in a
+    notebook each changed cell's code (`nb.ipynb:cell 3`), not its JSON."""
+    if not name.endswith(".ipynb"):
+        return [(name, before, after)]
+    import json
+    cells = zip(json.loads(before)["cells"], json.loads(after)["cells"])
+    return [(f"{name}:cell {number}", cell_text(old), cell_text(new))
+            for number, (old, new) in enumerate(cells, start=1)
+            if cell_text(old) != cell_text(new)]
 
 
 def _write_bytes(data: bytes) -> None:

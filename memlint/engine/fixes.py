@@ -38,6 +38,7 @@ class FixResult:
 
     text: str
     fixed: list[Finding] = field(default_factory=list)
+    refused: str | None = None  #: why the file was left as it was, if it had to be
 
     @property
     def changed(self) -> bool:

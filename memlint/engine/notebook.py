@@ -28,9 +28,12 @@ import re
 import warnings
 from dataclasses import dataclass, replace
 
+from collections.abc import Callable
+
 from memlint.analysis.project import ModuleFacts, Project
+from memlint.engine.fixes import MAX_PASSES, FixResult, apply_fixes, wanted
 from memlint.engine.source import LINE_BREAK, analyse_source, syntax_error
-from memlint.finding import Finding, Related
+from memlint.finding import Finding, Fix, Related
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
 
@@ -98,13 +101,13 @@ def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | N
 
     code_lines: list[str] = []
     origins: list[_CodeLine] = []
+    as_written: list[str] = []  # each joined line as its cell has it
     findings: list[Finding] = []
     for cell_number, cell in enumerate(notebook["cells"], start=1):
         if cell["cell_type"] != "code":
             continue
-        source = cell["source"]
-        text = "".join(source) if isinstance(source, list) else source
-        lines = LINE_BREAK.split(text)
+        lines = LINE_BREAK.split(cell_text(cell))
+        as_written.extend(lines)
         if _parse_error(lines) is not None:
             lines = python_lines(lines)
             unparsable = _parse_error(lines)
@@ -123,11 +126,34 @@ def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | N
             # the cells parsed one by one but not together: say which cell
             finding = replace(finding, message=f"{finding.message} (the code cells joined)")
         related = tuple(_in_cell(r, origins) for r in finding.related)
-        # a notebook's fixes are not applied yet: its edits would be in the
-        # joined cells' lines, which are not the file's
+        fix = _fix_in_cell(finding.fix, origin.cell, origins, code_lines, as_written) \
+            if finding.fix is not None else None
         findings.append(replace(finding, cell=origin.cell, cell_line=origin.cell_line,
-                                related=related, fix=None))
+                                related=related, fix=fix))
     return sorted(findings), facts
+
+
+def cell_text(cell: dict) -> str:
+    source = cell["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _fix_in_cell(fix: Fix, cell: int, origins: list[_CodeLine], code_lines: list[str],
+                 as_written: list[str]) -> Fix | None:
+    """The fix with its edits in the lines of the finding's cell (a notebook
+    is fixed cell by cell), or None where an edit leaves that cell or touches
+    a line the checker read differently from the cell (IPython syntax, a
+    cell indented as a whole): there its columns would not be the cell's."""
+    edits = []
+    for edit in fix.edits:
+        lines = range(edit.line, edit.end_line + 1)
+        if edit.end_line > len(origins) or any(
+                origins[n - 1].cell != cell or code_lines[n - 1] != as_written[n - 1]
+                for n in lines):
+            return None
+        edits.append(replace(edit, line=origins[edit.line - 1].cell_line,
+                             end_line=origins[edit.end_line - 1].cell_line))
+    return replace(fix, edits=tuple(edits))
 
 
 def _in_cell(related: Related, origins: list[_CodeLine]) -> Related:
@@ -216,3 +242,83 @@ def _is_python(notebook: dict) -> bool:
         if isinstance(language, str) and language:
             return language.lower() == "python"
     return True
+
+
+def fix_notebook(text: str, findings: list[Finding], unsafe: bool,
+                 recheck: Callable[[str], list[Finding]]) -> FixResult:
+    """A notebook's JSON text with its findings' fixes applied cell by cell:
+    only the fixed cells' sources change, outputs, metadata and the JSON
+    layout are kept byte for byte. A notebook whose layout `json` cannot
+    write back unchanged is left alone (`FixResult.refused` says why); a
+    fixed cell that no longer parses keeps its code. Fixes that overlap wait
+    for the next pass, as in a file."""
+    result = FixResult(text)
+    notebook = json.loads(text)
+    dump = _dumper_like(text, notebook)
+    if dump is None:
+        result.refused = ("its JSON layout is not one memlint can write back unchanged "
+                          "(save it from Jupyter first)")
+        return result
+    pending = [f for f in findings if wanted(f, unsafe) and f.cell]
+    for _ in range(MAX_PASSES):
+        waited: set[tuple] = set()
+        for cell_number, cell_findings in _by_cell(pending).items():
+            cell = notebook["cells"][cell_number - 1]
+            before = cell_text(cell)
+            fixed, applied, waiting = apply_fixes(before, cell_findings)
+            if applied and _cell_parses(fixed):
+                _set_cell_text(cell, fixed)
+                result.fixed.extend(applied)
+                waited |= {_identity(f, before) for f in waiting}
+        if not waited:
+            break
+        result.text = dump(notebook)
+        pending = [f for f in recheck(result.text) if wanted(f, unsafe) and f.cell
+                   and _identity(f, cell_text(notebook["cells"][f.cell - 1])) in waited]
+    result.text = dump(notebook) if result.fixed else text
+    return result
+
+
+def _dumper_like(text: str, notebook: object) -> Callable[[object], str] | None:
+    """`json.dumps` with the settings that write `notebook` back as `text` (the
+    indentation and escaping Jupyter or another tool used), or None."""
+    body = text.rstrip()
+    tail = text[len(body):]
+    for indent in (1, 2, 4, None, 3, 8, "\t"):
+        for ensure_ascii in (False, True):
+            def dump(value: object, indent=indent, ensure_ascii=ensure_ascii) -> str:
+                return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii) + tail
+            if dump(notebook) == text:
+                return dump
+    return None
+
+
+def _by_cell(findings: list[Finding]) -> dict[int, list[Finding]]:
+    cells: dict[int, list[Finding]] = {}
+    for finding in findings:
+        cells.setdefault(finding.cell, []).append(finding)
+    return cells
+
+
+def _identity(finding: Finding, text: str) -> tuple:
+    """A finding as it reads in its cell (code, message, flagged code), not where it is."""
+    lines = text.splitlines(keepends=True) or [""]
+    first = finding.cell_line
+    last = first + finding.end_line - finding.line
+    flagged = "".join(lines[first - 1:last])
+    return finding.code, finding.message, finding.cell, flagged
+
+
+def _cell_parses(text: str) -> bool:
+    lines = LINE_BREAK.split(text)
+    return _parse_error(lines) is None or _parse_error(python_lines(lines)) is None
+
+
+def _set_cell_text(cell: dict, text: str) -> None:
+    """Keep the cell's own form: a list of lines (each with its line break) or one string."""
+    if isinstance(cell["source"], list):
+        lines = [line + "\n" for line in text.split("\n")]
+        lines[-1] = lines[-1][:-1]
+        cell["source"] = lines if lines[-1] else lines[:-1]
+    else:
+        cell["source"] = text

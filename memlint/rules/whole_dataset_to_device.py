@@ -10,7 +10,8 @@ import libcst as cst
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.walker import children
-from memlint.rules.base import Rule
+from memlint.finding import UNSAFE
+from memlint.rules.base import FixPlan, Rule
 
 _TENSOR_TYPES = ("Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
                  "LongTensor", "IntTensor", "ShortTensor", "ByteTensor", "CharTensor",
@@ -28,6 +29,9 @@ _READERS = {"numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
             "numpy.memmap"}
 _READER_PREFIXES = ("pandas.read_",)
 _TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
+_DATA_LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
+#: Keywords a move may carry and still be undone by dropping it (not `dtype`).
+_MOVE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
 # Words in a variable name that say "this is the data set", split like `X_train` -> x, train.
 _SPLITS = {"train", "training", "test", "testing", "val", "valid", "validation", "holdout",
@@ -230,15 +234,26 @@ class WholeDatasetToDevice(Rule):
         self._order = 0  # moves, subscripts and calls seen so far: what comes after a move
         #: (function or module, names fed whole) of each model call
         self._fed_whole: list[tuple[cst.CSTNode, set[str]]] = []
+        #: TensorDatasets built from CUDA tensors: (call, statement, names it is bound to)
+        self._gpu_tensor_datasets: list[tuple[cst.Call, cst.CSTNode | None, frozenset[str]]] = []
+        #: DataLoaders: (the dataset as written, names the loader is bound to)
+        self._loaders: list[tuple[cst.BaseExpression, frozenset[str]]] = []
+        #: loaders whose batches some loop moves to a CUDA device
+        self._loaders_moved_per_batch: set[str] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
         if qualified in _TENSOR_DATASETS:
             if any(_puts_on_cuda(arg.value, self) for arg in node.args):
-                self._report_once(node, self.TENSOR_DATASET_MESSAGE)
+                self._gpu_tensor_datasets.append((node, self.statement(), self._dataset_names(node)))
             return
+        if qualified in _DATA_LOADERS:
+            dataset = call_arg(node, "dataset", 0)
+            if dataset is not None:
+                self._loaders.append((dataset.value, self._targets(node)))
         self._note_call(node)
         if moves_to_cuda(node, self.ctx):
+            self._note_batch_move(node)
             source = node.func.value  # `<source>.to(device)`, `<source>.cuda()`
         elif creates_on_cuda(node, self.ctx) and node.args and (
                 qualified in _SAME_DATA_CALLS or cuda_tensor_type(node.func, self.ctx)):
@@ -295,11 +310,68 @@ class WholeDatasetToDevice(Rule):
                                      not self.ctx.in_loop, self._targets(node), self._place(),
                                      f" by {helper}()"))
 
+    def _dataset_names(self, dataset: cst.Call) -> frozenset[str]:
+        """What a TensorDataset is known by: the names it is bound to, or the
+        loader's when it is built inside `DataLoader(TensorDataset(...))`."""
+        for ancestor in reversed(self.ctx.ancestors[:-1]):
+            if isinstance(ancestor, cst.Call):
+                if self.ctx.qualify(ancestor.func) in _DATA_LOADERS:
+                    return frozenset({"<loader>", *self._targets(ancestor)})
+                break
+        return self._targets(dataset)
+
+    def _note_batch_move(self, move: cst.Call) -> None:
+        """`x.to(device)` in `for x, y in loader:` (or of `x, y = batch` there):
+        that loader's batches are moved to the GPU one by one."""
+        receiver = move.func.value
+        while isinstance(receiver, (cst.Attribute, cst.Subscript)):
+            receiver = receiver.value
+        if not isinstance(receiver, cst.Name):
+            return
+        name = receiver.value
+        site = self.ctx.binding_site(name)
+        if self.ctx.loop_target(name) is None and site is not None \
+                and isinstance(site.unpacked_from, cst.Name):
+            name = site.unpacked_from.value  # `inputs, labels = batch`
+        loop = self.ctx.loop_target(name)
+        if not isinstance(loop, cst.For):
+            return
+        iterable = loop.iter
+        while isinstance(iterable, cst.Call) and iterable.args:  # enumerate(), tqdm()
+            iterable = iterable.args[0].value
+        loader = dotted_name(iterable)
+        if loader is not None:
+            self._loaders_moved_per_batch.add(loader)
+
+    def _host_dataset_fix(self, dataset: cst.Call, names: frozenset[str]) -> FixPlan | None:
+        """`TensorDataset(x.cuda(), y.to(device))` -> `TensorDataset(x, y)`, where
+        every loader over it is iterated by a loop that moves its batches to the
+        GPU anyway. Unsafe: the data set's tensors change device, which code
+        reading them other than through that loop would notice, and each batch
+        is now copied (pin the loader: MEM005)."""
+        loaders = set(names - {"<loader>"}) if "<loader>" in names else {
+            target for source, targets in self._loaders if dotted_name(source) in names
+            for target in targets}
+        if not loaders or not loaders <= self._loaders_moved_per_batch:
+            return None
+        args = []
+        for arg in dataset.args:
+            value = _without_move(arg.value, self)
+            if value is None:
+                return None
+            args.append(arg.with_changes(value=value))
+        return FixPlan(UNSAFE, "build the TensorDataset from the tensors on the host (the loop "
+                               "already moves each batch to the GPU)",
+                       ((dataset, dataset.with_changes(args=args)),))
+
     def finish(self) -> None:
         """Report the moves of whole data sets, now that the module shows how each
         tensor is used: indexed batch by batch afterwards (whole, whatever its
         name), or fed whole to a model in a module that never batches (full-batch
         training: the data set is the batch, so its size is the batch's)."""
+        for dataset, statement, names in self._gpu_tensor_datasets:
+            self._report_once(dataset, self.TENSOR_DATASET_MESSAGE, statement,
+                              self._host_dataset_fix(dataset, names))
         for helper, position, name, place in self._passed:
             if position in self._slicing_helpers.get(helper, ()):
                 self._sliced.setdefault(name, []).append((place, None))
@@ -355,11 +427,11 @@ class WholeDatasetToDevice(Rule):
                    for base in class_def.bases)
 
     def _report_once(self, node: cst.Call, message: str,
-                     statement: cst.CSTNode | None = None) -> None:
+                     statement: cst.CSTNode | None = None, fix: FixPlan | None = None) -> None:
         statement = statement or self.statement()
         if id(statement) not in self._flagged_statements:
             self._flagged_statements.add(id(statement))
-            self.report(node, message, statement)
+            self.report(node, message, statement, fix=fix)
 
     def _targets(self, call: cst.Call) -> frozenset[str]:
         """The names the current statement assigns `call`'s result to (`X`, `self.data`)."""
@@ -615,6 +687,37 @@ def _literal_rows(index: cst.BaseExpression) -> bool:
         return bool(index.elements) and all(isinstance(e.value, cst.Integer)
                                             for e in index.elements)
     return isinstance(index, cst.Integer)
+
+
+def _without_move(value: cst.BaseExpression, rule: WholeDatasetToDevice
+                  ) -> cst.BaseExpression | None:
+    """`x.cuda()` -> `x`, `torch.tensor(a).to(dev).float()` -> `torch.tensor(a).float()`:
+    the same tensor left on the host; None when a move cannot be dropped
+    without changing more than the device (`.to(dev, torch.half)`,
+    `torch.tensor(a, device="cuda")`)."""
+    if not _puts_on_cuda(value, rule):
+        return value
+    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute):
+        return None
+    if moves_to_cuda(value, rule.ctx):
+        if not _only_moves(value):
+            return None
+        return _without_move(value.func.value, rule)
+    if value.func.attr.value not in _SAME_DATA_METHODS or any(
+            _puts_on_cuda(arg.value, rule) for arg in value.args):
+        return None
+    inner = _without_move(value.func.value, rule)
+    return None if inner is None else value.with_changes(func=value.func.with_changes(value=inner))
+
+
+def _only_moves(move: cst.Call) -> bool:
+    """`.cuda()`, `.cuda(0)`, `.to(device)`, `.to(device, non_blocking=True)`:
+    nothing but the device changes (not `.to(device, torch.float16)`, `.type(...)`)."""
+    method = move.func.attr.value
+    positional = [arg for arg in move.args if arg.keyword is None]
+    if method not in ("cuda", "to") or len(positional) > 1 or any(arg.star for arg in move.args):
+        return False
+    return all(arg.keyword.value in _MOVE_ONLY_KEYWORDS for arg in move.args if arg.keyword)
 
 
 def _puts_on_cuda(node: cst.BaseExpression, rule: WholeDatasetToDevice) -> bool:

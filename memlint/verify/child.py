@@ -126,8 +126,10 @@ def run(spec: dict) -> dict:
         if spec.get("snapshot"):
             torch.cuda.memory._record_memory_history(max_entries=spec.get("snapshot_entries",
                                                                           100_000))
-    with open(script, "rb") as handle:
-        source = handle.read().decode("utf-8")
+    source = spec.get("source")  # `verify --fix`: the fixed text, run in the file's place
+    if source is None:
+        with open(script, "rb") as handle:
+            source = handle.read().decode("utf-8")
     findings = [(f["id"], f["line"], f["code"]) for f in spec["findings"]]
     instrumented = instrument(source, script, findings)
 
@@ -143,6 +145,8 @@ def run(spec: dict) -> dict:
             meters[finding_id] = meter
             meters_by_key.setdefault(statement.key, []).append(meter)
 
+    if spec.get("seed") is not None:
+        _seed(spec["seed"])
     timeline = Timeline(device) if spec.get("timeline") else None
     probe = Probe(meters_by_key, timeline)
     setattr(builtins, PROBE_NAME, probe)
@@ -188,6 +192,7 @@ def run(spec: dict) -> dict:
         import torch
 
         result["peak_allocated"] = torch.cuda.max_memory_allocated(device.torch_device)
+        result["peak_reserved"] = torch.cuda.max_memory_reserved(device.torch_device)
         result["torch"] = torch.__version__
         if spec.get("snapshot"):
             torch.cuda.memory._dump_snapshot(spec["snapshot"])
@@ -195,6 +200,20 @@ def run(spec: dict) -> dict:
     if timeline is not None:
         result["timeline"] = timeline.stop()
     return result
+
+
+def _seed(seed: int) -> None:
+    """The same random state for both runs of `verify --fix`."""
+    import random
+
+    random.seed(seed)
+    try:
+        import numpy
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+    import torch
+    torch.manual_seed(seed)
 
 
 def _stop_on_sigterm(_signum, _frame):

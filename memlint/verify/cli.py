@@ -8,6 +8,7 @@ when no CUDA device is usable.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -51,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write PyTorch's memory snapshot (opens in pytorch.org/memory_viz)")
     parser.add_argument("--plot", metavar="OUT.png",
                         help="draw device memory over the run with the flagged lines marked")
+    parser.add_argument("--fix", action="store_true",
+                        help="also run the script with its safe fixes applied (in memory; the "
+                             "file is not written) and report what each fix saved, measured")
+    parser.add_argument("--unsafe-fixes", action="store_true",
+                        help="with --fix: apply the unsafe fixes too")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed random, numpy and torch before the script runs (--fix "
+                             "seeds both runs with 0 unless given)")
     return parser
 
 
@@ -99,37 +108,59 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"memlint verify: {error}", file=sys.stderr)
         return 2
+    if options.unsafe_fixes and not options.fix:
+        print("memlint verify: --unsafe-fixes needs --fix", file=sys.stderr)
+        return 2
     targets, skipped = runnable_targets(options.paths, settings)
     several = len(targets) > 1
-    runs = []
+    runs, comparisons = [], []
+    seed = 0 if options.fix and options.seed is None else options.seed
     for script, findings in targets:
         run_options = Options(args=script_args, timeout=options.timeout,
                               min_bytes=options.min_bytes, device=options.device,
                               settings=settings,
                               snapshot=_per_script(options.snapshot, script, several),
-                              timeline=options.plot is not None)
-        run = verify_script(script, findings, run_options)
+                              timeline=options.plot is not None, seed=seed)
+        if options.fix:
+            from memlint.verify.fix_effects import compare_fixes
+
+            comparison = compare_fixes(script, findings, run_options, options.unsafe_fixes)
+            comparisons.append(comparison)
+            run = comparison.before
+        else:
+            run = verify_script(script, findings, run_options)
         runs.append(run)
         if options.plot and run.raw and "timeline" in run.raw:
-            print(_plot(run, findings, _per_script(options.plot, script, several)),
+            after = comparisons[-1].after if comparisons else None
+            print(_plot(run, findings, _per_script(options.plot, script, several), after),
                   file=sys.stderr)
 
-    from memlint.verify.report import format_json, format_text
+    from memlint.verify import fix_effects, report
 
-    print(format_json(runs, skipped) if options.format == "json" else format_text(runs, skipped))
+    if options.format == "json":
+        data = report.as_data(runs, skipped)
+        if options.fix:
+            data.update(fix_effects.format_json(comparisons))
+        print(json.dumps(data, indent=2))
+    else:
+        print(report.format_text(runs, skipped))
+        if options.fix:
+            print(fix_effects.format_text(comparisons))
     return 1 if any(run.confirmed for run in runs) else 0
 
 
-def _plot(run, findings, out_path: str) -> str:
+def _plot(run, findings, out_path: str, after=None) -> str:
     from memlint.verify.plot import draw, labels_of, save_timeline
 
     labels = labels_of(run.raw, findings)
     title = f"memlint verify {os.path.basename(run.path)}: device memory and flagged lines"
+    fixed = after.raw["timeline"] if after is not None and after.raw \
+        and "timeline" in after.raw else None
     try:
-        draw(run.raw["timeline"], labels, out_path, title)
+        draw(run.raw["timeline"], labels, out_path, title, fixed)
     except ImportError:
         saved = os.path.splitext(out_path)[0] + ".timeline.json"
-        save_timeline(saved, run.raw, labels, title)
+        save_timeline(saved, run.raw, labels, title, fixed)
         return (f"memlint verify: matplotlib is not installed; timeline saved to {saved} "
                 f"(draw it with: python -m memlint.verify.plot {saved} {out_path})")
     return f"memlint verify: plot written to {out_path}"

@@ -9,10 +9,13 @@ import json
 import sys
 
 
-def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str) -> None:
+def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str,
+         fixed: dict | None = None) -> None:
     """`timeline` as the child records it; `labels` maps a probe key to its
-    legend text ("line 42 MEM003"). When the flagged lines ran in a short
-    stretch of a long run, a second panel zooms in on that stretch."""
+    legend text ("line 42 MEM003"); `fixed`, the timeline of the run with the
+    fixes applied (`verify --fix`), drawn on the same axes. When the flagged
+    lines ran in a short stretch of a long run, a second panel zooms in on
+    that stretch."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,7 +31,8 @@ def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str) -> N
     rows = 2 if window else 1
     figure, axes = plt.subplots(rows, 1, figsize=(11, 4.2 * rows), dpi=110, squeeze=False)
     for row, limits in enumerate([None, window][:rows]):
-        _panel(axes[row][0], samples, exits, labels, limits, plt.get_cmap("tab10"))
+        _panel(axes[row][0], samples, exits, labels, limits, plt.get_cmap("tab10"),
+               fixed["samples"] if fixed else None)
     axes[0][0].set_title(title)
     if window:
         axes[1][0].set_title(f"zoom: {window[0]:.2f} s to {window[1]:.2f} s, where the "
@@ -50,12 +54,18 @@ def _zoom_window(times: list[float], end: float) -> tuple[float, float] | None:
     return max(0.0, first - margin), last + margin
 
 
-def _panel(axes, samples, exits, labels, limits, colours) -> None:
+def _panel(axes, samples, exits, labels, limits, colours, fixed_samples=None) -> None:
     gib = 2**30
     shown = [(t, a) for t, a in samples if limits is None or limits[0] <= t <= limits[1]]
     if shown:
         axes.plot([t for t, _ in shown], [a / gib for _, a in shown], color="0.25",
-                  linewidth=1.2, label="allocated on the device")
+                  linewidth=1.2, label="allocated on the device" + (
+                      ", as written" if fixed_samples is not None else ""))
+    fixed_shown = [(t, a) for t, a in fixed_samples or ()
+                   if limits is None or limits[0] <= t <= limits[1]]
+    if fixed_shown:
+        axes.plot([t for t, _ in fixed_shown], [a / gib for _, a in fixed_shown],
+                  color="tab:green", linewidth=1.2, label="allocated, with the fixes applied")
     for index, key in enumerate(sorted(labels)):
         points = [(t, a) for t, a in exits[key] if limits is None or limits[0] <= t <= limits[1]]
         if not exits[key]:
@@ -80,10 +90,11 @@ def labels_of(raw: dict, findings) -> dict[int, str]:
     return labels
 
 
-def save_timeline(path: str, raw: dict, labels: dict[int, str], title: str) -> None:
+def save_timeline(path: str, raw: dict, labels: dict[int, str], title: str,
+                  fixed: dict | None = None) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         json.dump({"title": title, "labels": {str(k): v for k, v in labels.items()},
-                   "timeline": raw["timeline"]}, handle)
+                   "timeline": raw["timeline"], "fixed_timeline": fixed}, handle)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0], encoding="utf-8") as handle:
         saved = json.load(handle)
     draw(saved["timeline"], {int(k): v for k, v in saved["labels"].items()}, argv[1],
-         saved["title"])
+         saved["title"], saved.get("fixed_timeline"))
     return 0
 
 

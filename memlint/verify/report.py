@@ -46,9 +46,13 @@ def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
 
 
 def format_json(runs: list[ScriptRun], skipped: list[str]) -> str:
-    data = {"scripts": [{"path": run.path, "outcome": run.outcome,
+    return json.dumps(as_data(runs, skipped), indent=2)
+
+
+def as_data(runs: list[ScriptRun], skipped: list[str]) -> dict:
+    return {"scripts": [{"path": run.path, "outcome": run.outcome,
                          "run_seconds": run.run_seconds, "timed_out": run.timed_out,
                          "peak_allocated": (run.raw or {}).get("peak_allocated"),
+                         "peak_reserved": (run.raw or {}).get("peak_reserved"),
                          "findings": [v.to_dict() for v in run.verified]} for run in runs],
             "skipped": skipped}
-    return json.dumps(data, indent=2)

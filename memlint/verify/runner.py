@@ -29,6 +29,7 @@ class Options:
     snapshot: str | None = None
     timeline: bool = False
     python: str = sys.executable
+    seed: int | None = None  #: seeds random, numpy and torch in the child when set
 
 
 @dataclass
@@ -85,13 +86,15 @@ def _child_env() -> dict:
     return env
 
 
-def verify_script(path: str, findings: list[Finding], options: Options) -> ScriptRun:
-    """Run one script with probes on `findings` and judge each of them."""
+def verify_script(path: str, findings: list[Finding], options: Options,
+                  source: str | None = None) -> ScriptRun:
+    """Run one script with probes on `findings` and judge each of them;
+    `source` (a fixed text) runs in the file's place, the file untouched."""
     with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
         result_path = os.path.join(work, "result.json")
         hits_path = os.path.join(work, "worker-hits.txt")
-        spec = {"script": os.path.abspath(path), "args": list(options.args),
-                "device": options.device, "result_path": result_path,
+        spec = {"script": os.path.abspath(path), "source": source, "args": list(options.args),
+                "device": options.device, "seed": options.seed, "result_path": result_path,
                 "hits_path": hits_path, "timeline": options.timeline,
                 "snapshot": os.path.abspath(options.snapshot) if options.snapshot else None,
                 "findings": [{"id": i, "line": f.line, "code": f.code}
