@@ -235,3 +235,63 @@ def test_a_model_whose_forward_disables_grad_in_another_file(tmp_path, decorated
         "generator = DiffVC()\ngenerator = generator.cuda()\ngenerator.eval()\n"
         "out = generator(torch.zeros(3).cuda())\n")
     assert codes(tmp_path) == ([("infer.py", 6, "MEM004")] if reported else [])
+
+
+@pytest.mark.parametrize("saver, reported", [
+    # KAIR's save_network: every tensor moved to the CPU before the save
+    ("    state_dict = network.state_dict()\n"
+     "    for key, param in state_dict.items():\n"
+     "        state_dict[key] = param.cpu()\n"
+     "    torch.save(state_dict, path)\n", False),
+    ("    torch.save(network.state_dict(), path)\n", True),  # the GPU model's own state
+    # a saver that moves some tensors only: not every item is on the CPU
+    ("    state_dict = network.state_dict()\n"
+     "    for key, param in state_dict.items():\n"
+     "        if key.endswith('bias'):\n            state_dict[key] = param.cpu()\n"
+     "    torch.save(state_dict, path)\n", True),
+])
+def test_checkpoints_of_a_project_whose_savers_move_weights_to_the_cpu(tmp_path, saver, reported):
+    """KAIR: models/model_base.py saves every network through one CPU saver
+    (its optimizer states go through another, loaded back by optimizers);
+    main_test_*.py load the checkpoints by paths built at run time."""
+    (tmp_path / "model_base.py").write_text(
+        "import torch\n"
+        f"def save_network(network, path):\n{saver}"
+        "def save_optimizer(optimizer, path):\n"
+        "    torch.save(optimizer.state_dict(), path)\n")
+    (tmp_path / "main_test.py").write_text(
+        "import torch\nfrom model_base import save_network\n"
+        "model = Net().cuda()\n"
+        "model.load_state_dict(torch.load(model_path))\n")
+    assert codes(tmp_path) == ([("main_test.py", 4, "MEM007")] if reported else [])
+
+
+def test_a_converter_without_cuda_saves_cpu_weights_unless_it_re_saves_a_load(tmp_path):
+    """A conversion script that never mentions CUDA saves what it built on the
+    CPU; one that loads a checkpoint and saves it again passes its devices on
+    and says nothing of them."""
+    (tmp_path / "convert.py").write_text(
+        "import torch\nimport torchvision\n"
+        "model = torchvision.models.vgg19()\n"
+        "torch.save(model.state_dict(), 'vgg.pth')\n")
+    (tmp_path / "test.py").write_text(
+        "import torch\nimport convert\nnet = Net().cuda()\n"
+        "net.load_state_dict(torch.load(args.weights))\n")
+    assert codes(tmp_path) == []
+    (tmp_path / "convert.py").write_text(
+        "import torch\nstate = torch.load('old.pth')\n"
+        "torch.save({k[7:]: v for k, v in state.items()}, 'new.pth')\n")
+    assert ("test.py", 4, "MEM007") in codes(tmp_path)
+
+
+def test_only_the_savers_of_the_loading_program_count(tmp_path):
+    """Two unrelated scripts side by side: one saves CPU weights, the other
+    loads a checkpoint and imports nothing of the first: still reported."""
+    (tmp_path / "export_cpu.py").write_text(
+        "import torch\nnet = Net()\ntorch.save(net.cpu().state_dict(), 'net.pth')\n")
+    (tmp_path / "evaluate.py").write_text(
+        "import torch\nnet = Net().cuda()\nnet.load_state_dict(torch.load(args.weights))\n")
+    assert codes(tmp_path) == [("evaluate.py", 3, "MEM007")]
+    (tmp_path / "evaluate.py").write_text("import export_cpu\n" + (
+        tmp_path / "evaluate.py").read_text())
+    assert codes(tmp_path) == []

@@ -92,6 +92,9 @@ class ModuleFacts:
     #: (`"training_args.bin"`), each with whether every save of it holds no
     #: GPU tensors (CPU values, command-line arguments), as MEM007 saw them
     saves: dict[str, bool] = field(default_factory=dict)
+    #: each `torch.save` of model weights (not of an optimizer's, a
+    #: scheduler's or the arguments), with whether it holds CPU values only
+    model_saves: list[bool] = field(default_factory=list)
     #: classes whose `forward` is decorated `@torch.no_grad()` (or
     #: `inference_mode`): calling one records no graph
     grad_off_forwards: set[str] = field(default_factory=set)
@@ -368,6 +371,20 @@ class UnlessSavedWithoutGpuTensors(Condition):
 
 
 @dataclass(frozen=True)
+class UnlessProjectSavesModelsOnCpu(Condition):
+    """A model checkpoint of unknown origin: dropped when the program the
+    loading module belongs to (the modules linked to it by imports) saves
+    model weights somewhere and every such save moves them to the CPU first
+    (its own checkpoints, the ones it loads, hold no GPU tensors)."""
+
+    module: str
+
+    def drops(self, project: Project) -> bool:
+        verdicts = [cpu for facts in project.linked(self.module) for cpu in facts.model_saves]
+        return bool(verdicts) and all(verdicts)
+
+
+@dataclass(frozen=True)
 class UnlessForwardDisablesGrad(Condition):
     """A model built from a class of another file: dropped when the project
     defines that class with a `forward` decorated `@torch.no_grad()`."""
@@ -460,7 +477,7 @@ class Project:
         self.modules = [f for f in facts if f is not None]
         self.look_around = look_around
         self._call_positions: dict[str, dict[str, list[tuple[int, int]]]] = {}
-        self._component_cuda: dict[str, bool] | None = None
+        self._component_cuda: dict[frozenset[str], bool] = {}
 
     @cached_property
     def mentions_cuda(self) -> bool:
@@ -484,9 +501,21 @@ class Project:
         transitively) mention CUDA; True when that cannot be told."""
         if module is None or self.look_around or module not in self._by_name:
             return True
-        if self._component_cuda is None:
-            self._component_cuda = self._solve_components()
-        return self._component_cuda.get(module, True)
+        component = self._components[module]
+        cuda = self._component_cuda.get(component)
+        if cuda is None:
+            cuda = self._component_cuda[component] = any(
+                self._by_name[m].cuda_by_default for m in component)
+        return cuda
+
+    def linked(self, module: str | None) -> list[ModuleFacts]:
+        """The checked modules linked to `module` by imports, either way and
+        transitively, itself included (every module when it is not known):
+        the program it belongs to, not the unrelated scripts beside it."""
+        component = self._components.get(module) if module is not None else None
+        if component is None:
+            return list(self.modules)
+        return [self._by_name[m] for m in component]
 
     def parameter_flow(self, callee: str, slot: int | str) -> str:
         """What the project's function `callee` (as imported: `pkg.utils.f`)
@@ -505,7 +534,10 @@ class Project:
                 and any(module in self._resolve_import(facts.module, imported)
                         for imported in facts.imports)]
 
-    def _solve_components(self) -> dict[str, bool]:
+    @cached_property
+    def _components(self) -> dict[str, frozenset[str]]:
+        """Each module's set of modules linked to it by imports (either way,
+        transitively)."""
         links: dict[str, set[str]] = {m.module: set() for m in self.modules}
         for facts in self.modules:
             for imported in facts.imports:
@@ -513,9 +545,9 @@ class Project:
                     if target != facts.module:
                         links[facts.module].add(target)
                         links[target].add(facts.module)
-        verdict: dict[str, bool] = {}
+        components: dict[str, frozenset[str]] = {}
         for start in links:
-            if start in verdict:
+            if start in components:
                 continue
             component, pending = {start}, [start]
             while pending:
@@ -523,9 +555,8 @@ class Project:
                     if linked not in component:
                         component.add(linked)
                         pending.append(linked)
-            cuda = any(self._by_name[m].cuda_by_default for m in component)
-            verdict.update(dict.fromkeys(component, cuda))
-        return verdict
+            components.update(dict.fromkeys(component, frozenset(component)))
+        return components
 
     def _resolve_import(self, importer: str, imported: str) -> list[str]:
         """The checked modules an import names: relative to the importer's

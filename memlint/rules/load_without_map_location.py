@@ -11,7 +11,7 @@ from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.flows import root_name
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.project import (Either, FactCollector, UnlessProjectOnCpu,
-                                      UnlessSavedWithoutGpuTensors)
+                                      UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
 from memlint.rules.rewrites import with_keyword
@@ -126,6 +126,9 @@ class LoadWithoutMapLocation(Rule):
         self.copied_into_modules: set[str] = set()  # `net.load_state_dict(d["model"])`
         #: names of models moved to a GPU so far (a model saved before is on the CPU)
         self.moved_to_gpu: set[str] = set()
+        self.loads_seen = False  # a torch.load came before (what is saved may be what it read)
+        #: (function, name) of state dicts whose every item was moved to the CPU
+        self.items_on_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -139,14 +142,20 @@ class LoadWithoutMapLocation(Rule):
             key = _path_key(path)
             if key is not None:
                 (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
+            made_here = self._made_without_cuda(saved)
+            on_cpu = on_cpu or self._items_moved_to_cpu(saved) or made_here is True
             file = _file_named(path)
             collector = FactCollector.of(self.ctx)
             if file is not None and collector is not None:
                 saves = collector.facts.saves
                 saves[file] = saves.get(file, True) and on_cpu
+            if collector is not None and made_here is not None and not (
+                    _holds_optimizer_state(saved) or _holds_arguments(saved)):
+                collector.facts.model_saves.append(on_cpu)
             return
         if qualified not in _LOADERS:
             return
+        self.loads_seen = True
         if call_arg(node, "map_location", position=1) is not None:
             return
         if any(arg.star for arg in node.args):
@@ -160,6 +169,68 @@ class LoadWithoutMapLocation(Rule):
             return  # a learning-rate schedule's state: numbers, no tensors
         model = "<chained>" if self._chained_as_model() else self._assigned_name()
         self.loads.append((node, self.statement(), into is not None, model))
+
+    def visit_For(self, node: cst.For) -> None:
+        """`for k, v in sd.items(): sd[k] = v.cpu()`: every tensor of `sd` is
+        moved to the CPU (KAIR's and BasicSR's savers), so saving `sd` after it
+        saves CPU values."""
+        if not (isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
+                and node.iter.func.attr.value == "items" and isinstance(node.target, cst.Tuple)
+                and len(node.target.elements) == 2):
+            return
+        container = dotted_name(node.iter.func.value)
+        key, value = (dotted_name(e.value) for e in node.target.elements)
+        if container is None or key is None or value is None:
+            return
+        statements = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+        for statement in statements:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                        and _is_item(small.targets[0].target, container, key) \
+                        and _moves_to_cpu(small.value, value):
+                    self.items_on_cpu.add((self.ctx.function, container))
+
+    def _made_without_cuda(self, saved: cst.BaseExpression) -> bool | None:
+        """Saved by a module that never mentions CUDA, from values it made
+        itself (a conversion script's `model.state_dict()`), not from what a
+        caller handed its function (that may live on a GPU). None: the module
+        also loads checkpoints, so what it saves may be what it loaded (a
+        converter passes a file's devices on; it says nothing of them)."""
+        collector = FactCollector.of(self.ctx)
+        if collector is None or collector.facts.mentions_cuda:
+            return False
+        if self.loads_seen:
+            return None
+        function = self.ctx.function
+        if function is None:
+            return True
+        parameters = {p.name.value for p in (*function.params.params,
+                                             *function.params.kwonly_params)}
+        for extra in (function.params.star_arg, function.params.star_kwarg):
+            if isinstance(extra, cst.Param):
+                parameters.add(extra.name.value)
+        read, pending = set(), [saved]
+        for _ in range(8):  # the names it reads, through their bindings in this function
+            if not pending:
+                break
+            names = {n.split(".", 1)[0] for node in pending for n in names_in(node)} - read
+            read |= names
+            pending = [b for n in names for b in self._origins(n) if b is not None]
+        return not read & parameters
+
+    def _origins(self, name: str) -> list[cst.BaseExpression | None]:
+        """What `name` was made from: its binding, or the iterable of the loop
+        (`for state in states:`) or the value it was unpacked from."""
+        site = self.ctx.binding_site(name)
+        loop = self.ctx.loop_target(name)
+        return [self.ctx.binding(name), site.unpacked_from if site is not None else None,
+                loop.iter if isinstance(loop, cst.For) else None]
+
+    def _items_moved_to_cpu(self, saved: cst.BaseExpression) -> bool:
+        name = dotted_name(saved)
+        return name is not None and (self.ctx.function, name) in self.items_on_cpu
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         key = _literal_key(node)
@@ -201,6 +272,10 @@ class LoadWithoutMapLocation(Rule):
             if file is not None and path not in self.saved_maybe_gpu:
                 # saved by another file of the project, perhaps from CPU values
                 unless = Either((unless, UnlessSavedWithoutGpuTensors(file)))
+            if path not in self.saved_maybe_gpu:
+                # the project's own checkpoints, if every saver moves weights to the CPU
+                unless = Either((unless, UnlessProjectSavesModelsOnCpu(
+                    FactCollector.of(self.ctx).facts.module)))
             fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
                           ((node, with_keyword(node, "map_location", '"cpu"')),))
             self.report(node, message, statement, unless, fix=fix,
@@ -327,6 +402,36 @@ def _file_named(node: cst.BaseExpression) -> str | None:
 #: What holds a program's settings (an argparse Namespace, a config), not tensors.
 _ARGUMENTS = {"args", "training_args", "train_args", "config", "cfg", "hparams", "opt", "opts",
               "options", "hyperparams"}
+
+
+def _holds_optimizer_state(node: cst.BaseExpression) -> bool:
+    """`optimizer.state_dict()`, `scheduler.state_dict()`: loaded back into an
+    optimizer or a scheduler, never copied into a model."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    name = dotted_name(node)
+    return name is not None and (bool(_OPTIMIZER.search(name)) or "scheduler" in name.lower())
+
+
+def _is_item(target: cst.BaseExpression, container: str, key: str) -> bool:
+    """`sd[k]`."""
+    return isinstance(target, cst.Subscript) and dotted_name(target.value) == container \
+        and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
+        and dotted_name(target.slice[0].slice.value) == key
+
+
+def _moves_to_cpu(value: cst.BaseExpression, name: str) -> bool:
+    """`v.cpu()`, `v.detach().cpu()`, `v.cpu().clone()`, `v.to("cpu")` of `name`."""
+    on_cpu = False
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        method = value.func.attr.value
+        if method == "cpu" or (method == "to" and value.args
+                               and string_value(value.args[0].value) == "cpu"):
+            on_cpu = True
+        elif method not in ("detach", "clone", "contiguous", "float", "half"):
+            return False
+        value = value.func.value
+    return on_cpu and dotted_name(value) == name
 
 
 def _holds_arguments(node: cst.BaseExpression) -> bool:
