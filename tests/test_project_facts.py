@@ -295,3 +295,16 @@ def test_only_the_savers_of_the_loading_program_count(tmp_path):
     (tmp_path / "evaluate.py").write_text("import export_cpu\n" + (
         tmp_path / "evaluate.py").read_text())
     assert codes(tmp_path) == []
+
+
+def test_weights_of_an_imported_project_class_are_not_made_without_cuda(tmp_path):
+    """Udacity's DQN notebook never mentions CUDA, but its Agent (dqn_agent.py)
+    puts the Q-network on the GPU: the checkpoint it saves holds CUDA tensors."""
+    (tmp_path / "dqn_agent.py").write_text(
+        "import torch\ndevice = torch.device('cuda:0')\n"
+        "class Agent:\n    def __init__(self):\n        self.q = Net().to(device)\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom dqn_agent import Agent\nagent = Agent()\n"
+        "def dqn():\n    torch.save(agent.q.state_dict(), 'checkpoint.pth')\n"
+        "dqn()\nagent.q.load_state_dict(torch.load('checkpoint.pth'))\n")
+    assert codes(tmp_path) == [("train.py", 7, "MEM007")]

@@ -115,7 +115,9 @@ class LoadWithoutMapLocation(Rule):
 
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
-        self.loads: list[tuple[cst.Call, cst.CSTNode | None, bool]] = []
+        self.loads: list[tuple[cst.Call, cst.CSTNode | None, bool, str | None, bool | None]] = []
+        #: the saves met so far in each function (None: module level): path -> CPU values?
+        self.last_saves: dict[cst.FunctionDef | None, dict[str, bool]] = {}
         #: the path expressions of `torch.save` calls, by whether what they saved is on the CPU
         self.saved_on_cpu: set[str] = set()
         self.saved_maybe_gpu: set[str] = set()
@@ -140,8 +142,6 @@ class LoadWithoutMapLocation(Rule):
             on_cpu = _saves_cpu_values(saved, self.ctx, self.moved_to_gpu) \
                 or _holds_arguments(saved)
             key = _path_key(path)
-            if key is not None:
-                (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
             made_here = self._made_without_cuda(saved)
             on_cpu = on_cpu or self._items_moved_to_cpu(saved) or made_here is True
             file = _file_named(path)
@@ -149,6 +149,9 @@ class LoadWithoutMapLocation(Rule):
             if file is not None and collector is not None:
                 saves = collector.facts.saves
                 saves[file] = saves.get(file, True) and on_cpu
+            if key is not None:
+                (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
+                self.last_saves.setdefault(self.ctx.function, {})[key] = on_cpu
             if collector is not None and made_here is not None and not (
                     _holds_optimizer_state(saved) or _holds_arguments(saved)):
                 collector.facts.model_saves.append(on_cpu)
@@ -168,7 +171,11 @@ class LoadWithoutMapLocation(Rule):
         if into is not None and "scheduler" in into.lower():
             return  # a learning-rate schedule's state: numbers, no tensors
         model = "<chained>" if self._chained_as_model() else self._assigned_name()
-        self.loads.append((node, self.statement(), into is not None, model))
+        path = _path_key(node.args[0].value) if node.args else None
+        # the save of that path just before, in the same function or notebook:
+        # what this load reads back when it runs straight after it
+        saved_before = self.last_saves.get(self.ctx.function, {}).get(path)
+        self.loads.append((node, self.statement(), into is not None, model, saved_before))
 
     def visit_For(self, node: cst.For) -> None:
         """`for k, v in sd.items(): sd[k] = v.cpu()`: every tensor of `sd` is
@@ -194,27 +201,34 @@ class LoadWithoutMapLocation(Rule):
 
     def _made_without_cuda(self, saved: cst.BaseExpression) -> bool | None:
         """Saved by a module that never mentions CUDA, from values it made
-        itself (a conversion script's `model.state_dict()`), not from what a
-        caller handed its function (that may live on a GPU). None: the module
-        also loads checkpoints, so what it saves may be what it loaded (a
-        converter passes a file's devices on; it says nothing of them)."""
+        itself with its own code or a library's (a conversion script's
+        `vgg19().state_dict()`), not from what a caller handed its function or
+        an imported class of the project built (either may live on a GPU).
+        None: the module also loads checkpoints, so what it saves may be what
+        it loaded (a converter passes a file's devices on; it says nothing of
+        them)."""
         collector = FactCollector.of(self.ctx)
         if collector is None or collector.facts.mentions_cuda:
             return False
         if self.loads_seen:
             return None
         function = self.ctx.function
-        if function is None:
-            return True
-        parameters = {p.name.value for p in (*function.params.params,
-                                             *function.params.kwonly_params)}
-        for extra in (function.params.star_arg, function.params.star_kwarg):
-            if isinstance(extra, cst.Param):
-                parameters.add(extra.name.value)
+        parameters: set[str] = set()
+        if function is not None:
+            parameters = {p.name.value for p in (*function.params.params,
+                                                 *function.params.kwonly_params)}
+            for extra in (function.params.star_arg, function.params.star_kwarg):
+                if isinstance(extra, cst.Param):
+                    parameters.add(extra.name.value)
         read, pending = set(), [saved]
-        for _ in range(8):  # the names it reads, through their bindings in this function
+        for _ in range(8):  # the names it reads, through their bindings
             if not pending:
                 break
+            for node in pending:
+                for call in _calls_in(node):
+                    qualified = self.ctx.qualify(call.func)
+                    if qualified is not None and not qualified.startswith(_LIBRARIES):
+                        return False  # `Agent(...)` of the project's dqn_agent.py
             names = {n.split(".", 1)[0] for node in pending for n in names_in(node)} - read
             read |= names
             pending = [b for n in names for b in self._origins(n) if b is not None]
@@ -256,9 +270,10 @@ class LoadWithoutMapLocation(Rule):
 
     def finish(self) -> None:
         distributed = self.starts_ranks is not None or FactCollector.of(self.ctx).facts.distributed
-        for node, statement, direct, model in self.loads:
+        for node, statement, direct, model, saved_before in self.loads:
             path = _path_key(node.args[0].value) if node.args else None
-            if path in self.saved_on_cpu and path not in self.saved_maybe_gpu:
+            if saved_before is True or (saved_before is None and path in self.saved_on_cpu
+                                        and path not in self.saved_maybe_gpu):
                 continue  # saved in this file from CPU values
             if not distributed and (model == "<chained>" or model in self.used_as_model):
                 continue  # a whole pickled model: it is the model, no second copy
@@ -402,6 +417,20 @@ def _file_named(node: cst.BaseExpression) -> str | None:
 #: What holds a program's settings (an argparse Namespace, a config), not tensors.
 _ARGUMENTS = {"args", "training_args", "train_args", "config", "cfg", "hparams", "opt", "opts",
               "options", "hyperparams"}
+
+
+#: libraries whose models and tensors are built on the CPU unless told otherwise
+_LIBRARIES = ("torch", "numpy", "scipy", "collections", "builtins", "math", "copy")
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Call):
+            found.append(current)
+        pending.extend(current.children)
+    return found
 
 
 def _holds_optimizer_state(node: cst.BaseExpression) -> bool:
