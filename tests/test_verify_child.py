@@ -77,12 +77,37 @@ def test_a_loader_built_through_an_alias_is_measured_and_still_works():
     assert run.verified[0].judgement.measured == "no copy was timed: no CUDA device"
 
 
+def test_a_run_that_ignores_sigterm_keeps_its_measurements_and_says_where_it_hung(
+        monkeypatch):
+    """The program takes SIGTERM over and hangs: no result at the end, so the
+    verdicts come from the snapshots the child wrote as it measured."""
+    from memlint.verify import processes
+
+    monkeypatch.setattr(processes, "GRACE_SECONDS", 1.0)
+    path = str(DATA / "ignores_sigterm.py")
+    run = verify_script(path, probe_findings(path),
+                        Options(device="cpu", timeout=4, min_bytes=1024))
+    assert run.timed_out and run.outcome == {"exit": "timeout"} and run.raw["partial"]
+    verdict = run.verified[0].judgement
+    assert verdict.verdict == CONFIRMED and verdict.numbers["hits"] == 5
+    assert run.stuck_at == "ignores_sigterm.py:19 in wait_for_data"
+
+
+def test_a_killed_run_keeps_what_it_measured():
+    path = str(DATA / "killed.py")
+    run = verify_script(path, probe_findings(path),
+                        Options(device="cpu", timeout=60, min_bytes=1024))
+    assert run.outcome == {"exit": "died", "status": -9} and not run.timed_out
+    assert run.verified[0].judgement.numbers["hits"] == 5
+
+
 def test_timeout_kills_the_whole_process_group_and_keeps_the_measurements(tmp_path):
     pid_file = tmp_path / "worker.pid"
     run = verify_on_cpu("sleeps_with_worker.py", [str(pid_file)], timeout=12)
     assert run.timed_out
     assert run.outcome == {"exit": "timeout"}  # the child wrote its results on SIGTERM
     assert run.verified[0].judgement.numbers["hits"] > 0
+    assert run.stuck_at == "sleeps_with_worker.py:21 in <module>"
     worker = int(pid_file.read_text())
     assert wait_until_gone([worker]), f"worker {worker} outlived the timeout"
 

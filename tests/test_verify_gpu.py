@@ -62,3 +62,20 @@ def test_verify_fixtures_confirms_findings_and_exits_1():
     verdicts = [f["verdict"] for s in scripts for f in s["findings"]]
     assert verdicts.count(CONFIRMED) >= 10
     assert "error" not in verdicts
+
+
+def test_a_run_that_dies_of_out_of_memory_keeps_its_verdicts():
+    path = str(DATA / "gpu_oom.py")
+    run = verify_script(path, probe_findings(path), Options(timeout=120))
+    assert run.outcome["exit"] == "exception" and run.outcome["error"]["out_of_memory"]
+    verdict = run.verified[0].judgement
+    assert verdict.verdict == CONFIRMED and verdict.numbers["allocated_delta_max"] == 64 * MiB
+
+
+def test_a_run_stuck_in_a_dataloader_keeps_its_verdicts_and_says_where():
+    path = str(DATA / "gpu_stuck_loader.py")
+    run = verify_script(path, probe_findings(path), Options(timeout=20))
+    assert run.timed_out
+    verdict = run.verified[0].judgement
+    assert verdict.verdict == CONFIRMED and verdict.numbers["allocated_delta_max"] == 64 * MiB
+    assert run.stuck_at is not None and run.stuck_at.startswith("gpu_stuck_loader.py:22")

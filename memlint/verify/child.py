@@ -68,6 +68,7 @@ class Probe:
         self.meters_by_key = meters_by_key
         self.timeline = timeline
         self.errors: list[str] = []
+        self.changed = False  # a probed statement ran since the last snapshot
 
     def enter(self, key: int) -> None:
         if self.timeline is not None:
@@ -84,6 +85,7 @@ class Probe:
     def exit(self, key: int) -> None:
         for meter in reversed(self.meters_by_key[key]):
             self._safely(meter.exit)
+        self.changed = True
         if self.timeline is not None:
             self.timeline.event(key, "exit")
 
@@ -94,6 +96,38 @@ class Probe:
         except Exception as error:  # noqa: BLE001 - recorded, reported as `error`
             if len(self.errors) < 20:
                 self.errors.append(f"{type(error).__name__}: {error}")
+
+
+class Snapshots:
+    """What the probes measured so far, written to `path` (atomically) within
+    `interval` seconds of each probed statement, by a thread: a run that
+    hangs, is killed, or dies keeps every measurement taken before. The final
+    result replaces it when the run ends on its own."""
+
+    def __init__(self, path: str, probe: Probe, build, interval: float = 0.25) -> None:
+        self.path, self.probe, self.build, self.interval = path, probe, build, interval
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._write_changes, daemon=True)
+        self.thread.start()
+
+    def _write_changes(self) -> None:
+        while not self.stopped.wait(self.interval):
+            if self.probe.changed:
+                self.probe.changed = False
+                try:
+                    _write_json(self.path, self.build())
+                except Exception:  # noqa: BLE001 - a meter read mid-update: next time
+                    self.probe.changed = True
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=2)
+
+
+def _write_json(path: str, data: dict) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(path + ".tmp", path)
 
 
 def _error_line(error: BaseException, script: str) -> int | None:
@@ -151,6 +185,19 @@ def run(spec: dict) -> dict:
     probe = Probe(meters_by_key, timeline)
     setattr(builtins, PROBE_NAME, probe)
 
+    def measured_so_far() -> dict:
+        return {"script": script, "outcome": {"exit": "unfinished"},
+                "device": str(device.torch_device) if device.torch_device else None,
+                "statements": statements,
+                "unprobed": {str(k): v for k, v in instrumented.unprobed.items()},
+                "measurements": {str(fid): meter.result() for fid, meter in meters.items()},
+                "probe_errors": list(probe.errors), "partial": True}
+
+    statements = [{"key": s.key, "line": s.line, "end_line": s.end_line, "kind": s.kind,
+                   "findings": [fid for fid, _ in s.findings]} for s in instrumented.statements]
+    snapshots = Snapshots(spec["result_path"] + ".partial", probe, measured_so_far) \
+        if spec.get("result_path") else None
+
     main = types.ModuleType("__main__")
     main.__file__ = script
     main.__builtins__ = builtins
@@ -172,6 +219,8 @@ def run(spec: dict) -> dict:
     finally:
         run_seconds = time.perf_counter() - started
         sys.modules["__main__"] = saved_main
+        if snapshots is not None:
+            snapshots.stop()
 
     for meter in meters.values():
         probe._safely(meter.finish)
@@ -180,9 +229,7 @@ def run(spec: dict) -> dict:
         "outcome": outcome,
         "run_seconds": run_seconds,
         "device": str(device.torch_device) if device.torch_device else None,
-        "statements": [{"key": s.key, "line": s.line, "end_line": s.end_line, "kind": s.kind,
-                        "findings": [fid for fid, _ in s.findings]}
-                       for s in instrumented.statements],
+        "statements": statements,
         "unprobed": {str(k): v for k, v in instrumented.unprobed.items()},
         "measurements": {str(fid): meter.result() for fid, meter in meters.items()},
         "probe_errors": probe.errors,
@@ -220,16 +267,34 @@ def _stop_on_sigterm(_signum, _frame):
     raise StoppedByTimeout()
 
 
+def _dump_stacks_on_sigusr1(path: str):
+    """On SIGUSR1 (sent by the parent before it stops the run), write every
+    thread's Python stack to `path`, the main thread named on its first line.
+    faulthandler does it from C, so it works while the program is stuck in C
+    code or has replaced the Python signal handlers."""
+    import faulthandler
+
+    handle = open(path, "w", encoding="utf-8")  # kept open for the handler
+    handle.write(f"main thread {threading.get_ident():#018x}\n")
+    handle.flush()
+    faulthandler.register(signal.SIGUSR1, file=handle, all_threads=True)
+    return handle
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], encoding="utf-8") as handle:
         spec = json.load(handle)
+    stacks = _dump_stacks_on_sigusr1(spec["stack_path"]) if spec.get("stack_path") else None
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     result = run(spec)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with open(spec["result_path"] + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump(result, handle)
-    os.replace(spec["result_path"] + ".tmp", spec["result_path"])
+    _write_json(spec["result_path"], result)
+    if stacks is not None:
+        import faulthandler
+
+        faulthandler.unregister(signal.SIGUSR1)
+        stacks.close()
     return 0
 
 

@@ -40,10 +40,16 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+#: how long the child gets to write its Python stacks after SIGUSR1
+STACK_DUMP_SECONDS = 0.5
+
+
 def run_child(command: list[str], timeout: float, env: dict, log_path: str,
-              on_start=None) -> tuple[int | None, bool]:
+              on_start=None, stack_path: str | None = None) -> tuple[int | None, bool]:
     """Run `command` in a new session; returns (exit status, timed out).
 
+    On timeout, a child that has set up `stack_path` (its first line written)
+    is first asked for its Python stacks (SIGUSR1), then to stop (SIGTERM).
     The whole process group is killed on the way out, so no worker outlives
     the run."""
     with open(log_path, "wb") as log:
@@ -56,6 +62,10 @@ def run_child(command: list[str], timeout: float, env: dict, log_path: str,
             child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
+            if stack_path is not None and os.path.exists(stack_path) \
+                    and os.path.getsize(stack_path) > 0:
+                child.send_signal(signal.SIGUSR1)
+                time.sleep(STACK_DUMP_SECONDS)
             try:
                 child.send_signal(signal.SIGTERM)
                 child.wait(timeout=GRACE_SECONDS)

@@ -11,14 +11,16 @@ from memlint.verify.runner import ScriptRun
 def _outcome_line(run: ScriptRun) -> str:
     outcome = run.outcome
     took = f" after {run.run_seconds:.1f} s" if run.run_seconds is not None else ""
+    stuck = f", stuck at {run.stuck_at}" if run.stuck_at else ""
+    kept = " (verdicts from what was measured before)" if (run.raw or {}).get("partial") else ""
     if run.timed_out or outcome.get("exit") == "timeout":
-        return f"stopped by --timeout{took}"
+        return f"stopped by --timeout{took}{stuck}{kept}"
     if outcome.get("exit") == "exception":
         error = outcome["error"]
         where = f" at line {error['line']}" if error.get("line") else ""
         return f"raised{where}{took}: {error['message'].splitlines()[0][:160]}"
     if outcome.get("exit") == "died":
-        return f"the child process died (exit status {outcome.get('status')})"
+        return f"the child process died (exit status {outcome.get('status')}){kept}"
     if outcome.get("exit") == "sys.exit":
         return f"exited with status {outcome.get('code')}{took}"
     return f"ran to the end{took}"
@@ -52,6 +54,8 @@ def format_json(runs: list[ScriptRun], skipped: list[str]) -> str:
 def as_data(runs: list[ScriptRun], skipped: list[str]) -> dict:
     return {"scripts": [{"path": run.path, "outcome": run.outcome,
                          "run_seconds": run.run_seconds, "timed_out": run.timed_out,
+                         "stuck_at": run.stuck_at,
+                         "partial": bool((run.raw or {}).get("partial")),
                          "peak_allocated": (run.raw or {}).get("peak_allocated"),
                          "peak_reserved": (run.raw or {}).get("peak_reserved"),
                          "findings": [v.to_dict() for v in run.verified]} for run in runs],

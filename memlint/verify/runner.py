@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from memlint.engine import check_file, discover
 from memlint.finding import Finding
 from memlint.engine.settings import Settings
 from memlint.verify.instrument import is_runnable
-from memlint.verify.judges import CONFIRMED, ERROR, Judgement, RunFacts, judge
+from memlint.verify.judges import CONFIRMED, ERROR, NOT_REACHED, Judgement, RunFacts, judge
 from memlint.verify.processes import ContextWatcher, run_child
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -53,6 +54,7 @@ class ScriptRun:
     timed_out: bool = False
     raw: dict | None = None  #: the child's whole result (measurements, timeline)
     log_tail: str = ""
+    stuck_at: str | None = None  #: where a stopped run's main thread was in the script
 
     @property
     def confirmed(self) -> int:
@@ -93,7 +95,9 @@ def verify_script(path: str, findings: list[Finding], options: Options,
     with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
         result_path = os.path.join(work, "result.json")
         hits_path = os.path.join(work, "worker-hits.txt")
+        stack_path = os.path.join(work, "stacks.txt")
         spec = {"script": os.path.abspath(path), "source": source, "args": list(options.args),
+                "stack_path": stack_path,
                 "device": options.device, "seed": options.seed, "result_path": result_path,
                 "hits_path": hits_path, "timeline": options.timeline,
                 "snapshot": os.path.abspath(options.snapshot) if options.snapshot else None,
@@ -107,14 +111,18 @@ def verify_script(path: str, findings: list[Finding], options: Options,
         log_path = os.path.join(work, "child.log")
         status, timed_out = run_child(
             [options.python, "-m", "memlint.verify.child", spec_path], options.timeout,
-            _child_env(), log_path, on_start=watcher.start if watcher else None)
+            _child_env(), log_path, on_start=watcher.start if watcher else None,
+            stack_path=stack_path)
         contexts = watcher.stop() if watcher else None
         with open(log_path, encoding="utf-8", errors="replace") as handle:
             log_tail = "".join(handle.readlines()[-15:])
-        raw = None
-        if os.path.exists(result_path):
-            with open(result_path, encoding="utf-8") as handle:
-                raw = json.load(handle)
+        raw = _read_json(result_path)
+        if raw is None:  # stopped or died before the end: what it measured until then
+            raw = _read_json(result_path + ".partial")
+            if raw is not None:
+                raw["outcome"] = {"exit": "timeout"} if timed_out else \
+                    {"exit": "died", "status": status}
+        stuck_at = stuck_line(stack_path, os.path.abspath(path)) if timed_out else None
         worker_hits = _read_worker_hits(hits_path)
     if raw is None:
         why = "stopped by --timeout before it could report" if timed_out else \
@@ -123,13 +131,45 @@ def verify_script(path: str, findings: list[Finding], options: Options,
         verified = [Verified(f, Judgement(ERROR, f"{why}; {last[0]}".rstrip("; ")))
                     for f in findings]
         return ScriptRun(path, verified, {"exit": "died", "status": status}, timed_out=timed_out,
-                         log_tail=log_tail)
+                         log_tail=log_tail, stuck_at=stuck_at)
     if contexts is not None:
         raw["contexts"] = contexts
     raw["worker_hits"] = {str(k): v for k, v in worker_hits.items()}
     return ScriptRun(path, judge_run(raw, findings, options.min_bytes, options.device,
                                      worker_hits),
-                     raw["outcome"], raw.get("run_seconds"), timed_out, raw, log_tail)
+                     raw["outcome"], raw.get("run_seconds"), timed_out, raw, log_tail, stuck_at)
+
+
+def _read_json(path: str) -> dict | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def stuck_line(stack_path: str, script: str) -> str | None:
+    """Where the script's main thread was when it was stopped: the innermost
+    frame in the script itself (`train.py:42 in load_batch`), from the stacks
+    the child dumped on SIGUSR1; None when there is no dump."""
+    if not os.path.exists(stack_path):
+        return None
+    with open(stack_path, encoding="utf-8", errors="replace") as handle:
+        lines = handle.read().splitlines()
+    if not lines or not lines[0].startswith("main thread "):
+        return None
+    main = lines[0].split()[-1].lower()
+    in_main = False
+    for line in lines[1:]:
+        if line.startswith(("Thread ", "Current thread ")):
+            in_main = main in line.lower()
+            continue
+        match = _FRAME.match(line)
+        if in_main and match and os.path.abspath(match["file"]) == script:
+            return f"{os.path.basename(script)}:{match['line']} in {match['function']}"
+    return None
+
+
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')
 
 
 def _read_worker_hits(hits_path: str) -> dict[int, dict]:
@@ -175,6 +215,8 @@ def judge_run(raw: dict, findings: list[Finding], min_bytes: int, device: str,
                                   {"out_of_memory": True, "hits": (record or {}).get("hits", 0)})
         else:
             judgement = judge(finding.code, record, facts)
+        if raw.get("partial") and judgement.verdict == NOT_REACHED:
+            judgement.measured += " before the run was stopped"
         if raw.get("probe_errors") and judgement.verdict != CONFIRMED:
             judgement.measured += f" (probe error: {raw['probe_errors'][0]})"
         verified.append(Verified(finding, judgement))
