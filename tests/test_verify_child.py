@@ -120,3 +120,14 @@ def test_errors_raised_at_the_line_in_forked_workers_are_seen_per_line():
     assert verified.judgement.verdict == CONFIRMED
     assert verified.judgement.numbers["worker_errors"] >= 1
     assert "in DataLoader workers" in verified.judgement.measured
+
+
+def test_a_loss_kept_after_backward_is_confirmed_by_the_graph_it_keeps_on_the_host():
+    """backward() freed what the graph saved (no device growth, and none at all
+    on the CPU), but every kept loss still holds its 7 nodes (two Linear
+    layers, ReLU, pow, mean); the same loss kept as a number holds none."""
+    run = verify_on_cpu("history_after_backward.py")
+    kept, number = by_line(run)[12].judgement, by_line(run)[13].judgement
+    assert kept.verdict == CONFIRMED and kept.numbers["graph_nodes_per_execution"] == 7
+    assert "autograd graph nodes kept alive per iteration on the host" in kept.measured
+    assert number.verdict == NOT_CONFIRMED and number.numbers["graph_nodes_per_execution"] == 0

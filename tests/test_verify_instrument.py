@@ -115,3 +115,19 @@ def test_a_caught_error_inside_the_statement_is_not_reported_as_failed(probe):
     source = "try:\n    int('x')\nexcept ValueError:\n    pass\nvalue = 1\n"
     run(source, [(0, 2, "MEM001"), (1, 5, "MEM001")])
     assert probe.calls == [("enter", 0), ("failed", 0), ("exit", 0), ("enter", 1), ("exit", 1)]
+
+
+@pytest.mark.parametrize("statement, accumulator", [
+    ("losses.append(loss)", "losses"),
+    ("self.history.extend(outs)", "self.history"),
+    ("total += loss", "total"),
+    ("total = total + loss", "total"),
+    ("outs[k] = out", "outs"),
+    ("get_list().append(x)", None),  # reading it back would call get_list again
+    ("print(x)", None),
+])
+def test_the_accumulator_a_statement_adds_to(statement, accumulator):
+    import ast
+
+    from memlint.verify.instrument import accumulator_of
+    assert accumulator_of(ast.parse(statement).body[0]) == accumulator

@@ -83,8 +83,14 @@ class Probe:
             self._safely(lambda meter=meter: meter.failed(error))
 
     def exit(self, key: int) -> None:
+        frame = sys._getframe(1)  # the user's code, where the statement ran
         for meter in reversed(self.meters_by_key[key]):
+            if hasattr(meter, "frame"):
+                meter.frame = frame
             self._safely(meter.exit)
+            if hasattr(meter, "frame"):
+                meter.frame = None  # a frame kept would keep its locals alive
+        del frame
         self.changed = True
         if self.timeline is not None:
             self.timeline.event(key, "exit")
@@ -176,6 +182,8 @@ def run(spec: dict) -> dict:
                 meter = WorkerHitsMeter(device, spec.get("hits_path"), finding_id)
             else:
                 meter = meter_type(device)
+            if hasattr(meter, "accumulator"):
+                meter.accumulator = statement.accumulator
             meters[finding_id] = meter
             meters_by_key.setdefault(statement.key, []).append(meter)
 

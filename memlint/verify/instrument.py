@@ -34,6 +34,9 @@ class ProbedStatement:
     end_line: int
     kind: str  #: the ast class name: Assign, Expr, For, ...
     findings: list[tuple[int, str]] = field(default_factory=list)  #: (finding id, code)
+    #: the container or running value the statement adds to, as written
+    #: (`losses` of `losses.append(loss)`, `total` of `total += loss`), if any
+    accumulator: str | None = None
 
 
 @dataclass
@@ -137,12 +140,38 @@ def instrument(source: str, filename: str,
             key = len(by_statement)
             keys[id(chosen)] = key
             by_statement[key] = ProbedStatement(
-                key, chosen.lineno, chosen.end_lineno or chosen.lineno, type(chosen).__name__)
+                key, chosen.lineno, chosen.end_lineno or chosen.lineno, type(chosen).__name__,
+                accumulator=accumulator_of(chosen))
         by_statement[keys[id(chosen)]].findings.append((finding_id, code))
     tree = _Wrapper(keys).visit(tree)
     ast.fix_missing_locations(tree)
     code = compile(tree, filename, "exec", dont_inherit=True)
     return Instrumented(code, list(by_statement.values()), unprobed)
+
+
+def accumulator_of(stmt: ast.stmt) -> str | None:
+    """`losses` of `losses.append(x)` / `.extend` / `.insert`, `total` of
+    `total += x` or `total = total + x`, `outs` of `outs[k] = x`: a plain or
+    dotted name only (reading it back has no side effect to speak of)."""
+    target = None
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+            and isinstance(stmt.value.func, ast.Attribute) \
+            and stmt.value.func.attr in ("append", "extend", "insert"):
+        target = stmt.value.func.value
+    elif isinstance(stmt, ast.AugAssign):
+        target = stmt.target
+    elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+        if isinstance(target, ast.Subscript):
+            target = target.value
+    if isinstance(target, ast.Subscript) and not isinstance(stmt, ast.Assign):
+        target = None
+    if target is None:
+        return None
+    node = target
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return ast.unparse(target) if isinstance(node, ast.Name) else None
 
 
 def is_runnable(source: str) -> bool:

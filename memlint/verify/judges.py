@@ -132,12 +132,37 @@ def judge_history_kept(record: dict, facts: RunFacts) -> Judgement:
     what = f"{human_bytes(per_step)} retained per iteration over {len(steps)} iterations " \
            f"({human_bytes(growth)} in all)"
     what = "+" + what if per_step >= 0 else what
+    host = _host_graph_growth(record, numbers)
     if growth >= facts.min_bytes and steady >= STEADY_SHARE:
-        return Judgement(CONFIRMED, what, numbers)
+        return Judgement(CONFIRMED, what + (f"; {host}" if host else ""), numbers)
+    if host:
+        return Judgement(CONFIRMED, f"{host}; on the device {what}", numbers)
     if growth >= facts.min_bytes:
         return Judgement(NOT_CONFIRMED, f"{what}, but not steadily (grew in "
                          f"{steady:.0%} of steps)", numbers)
     return Judgement(NOT_CONFIRMED, _too_small(what, facts), numbers)
+
+
+def _host_graph_growth(record: dict, numbers: dict) -> str:
+    """'+7 autograd graph nodes kept alive per iteration ...' when the live
+    graph grew at (nearly) every sampled execution, else ''. Nodes are counted,
+    not sized (they are C++ objects); the resident memory is shown beside."""
+    nodes = record.get("graph_nodes_after", [])
+    if len(nodes) < 4:
+        return ""
+    steps = [b - a for a, b in zip(nodes[1:], nodes[2:])]
+    per_step = (nodes[-1] - nodes[1]) / len(steps)
+    growing = sum(1 for s in steps if s > 0) / len(steps)
+    numbers.update({"graph_nodes_per_execution": per_step, "graph_nodes_growing_share": growing})
+    if per_step < 1 or growing < STEADY_SHARE:
+        return ""
+    text = f"+{per_step:.0f} autograd graph nodes kept alive per iteration on the host " \
+           f"({nodes[1]} -> {nodes[-1]} over {len(steps)} iterations)"
+    resident = record.get("resident_after", [])
+    if len(resident) == len(nodes) and resident[-1] > resident[1]:
+        numbers["resident_growth_bytes"] = resident[-1] - resident[1]
+        text += f", resident memory +{human_bytes(resident[-1] - resident[1])}"
+    return text
 
 
 def judge_grad_in_inference(record: dict, facts: RunFacts) -> Judgement:

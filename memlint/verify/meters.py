@@ -9,6 +9,7 @@ where there is none, so the machinery itself runs (and is tested) on a CPU.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import weakref
@@ -206,19 +207,63 @@ class DeviceBytesMeter(Meter):
 
 class GrowthMeter(Meter):
     """Device bytes allocated right after each execution of the line: memory
-    the line keeps alive grows by a fixed step per iteration."""
+    the line keeps alive grows by a fixed step per iteration. For the first
+    executions also the host side: the autograd graph nodes that the
+    container or running value it adds to (`losses`, `total`) reaches, and
+    the process's resident memory. A loss kept
+    after `backward()` keeps its graph's nodes on the host though backward
+    freed what they saved on the GPU."""
+
+    HOST_SAMPLES = 16  # each one walks every live tensor's graph: a few only
 
     def __init__(self, device: Device) -> None:
         super().__init__(device)
         self.after: list[int] = []
+        self.graph_nodes_after: list[int] = []
+        self.resident_after: list[int] = []
+        self.accumulator: str | None = None  # set by the child from the statement
+        self.frame = None  # the user's frame, during `exit` only
 
     def exit(self) -> None:
         super().exit()
         if len(self.after) < MAX_SAMPLES:
             self.after.append(self.device.allocated())
+        if len(self.graph_nodes_after) < self.HOST_SAMPLES and self.accumulator \
+                and self.frame is not None:
+            kept = eval(self.accumulator, self.frame.f_globals, self.frame.f_locals)
+            self.graph_nodes_after.append(graph_nodes(tensors_in(kept)))
+            self.resident_after.append(resident_bytes())
 
     def result(self) -> dict:
-        return {**super().result(), "allocated_after": self.after}
+        return {**super().result(), "allocated_after": self.after,
+                "graph_nodes_after": self.graph_nodes_after,
+                "resident_after": self.resident_after}
+
+
+def graph_nodes(tensors: list[torch.Tensor]) -> int:
+    """The autograd nodes reachable from `tensors`: the graphs they keep
+    alive (each node is a C++ object on the host, with the tensors it saved
+    for backward, if backward has not freed them)."""
+    roots = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    seen: set[int] = set()
+    kept: list[Any] = []  # holds the Python wrappers while their ids are compared
+    while roots:
+        node = roots.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        kept.append(node)
+        roots.extend(following for following, _ in getattr(node, "next_functions", ()))
+    return len(kept)
+
+
+def resident_bytes() -> int:
+    """The process's resident memory (Linux), 0 where it cannot be read."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 # -- MEM004 -------------------------------------------------------------------
