@@ -37,3 +37,20 @@ def test_zoom_only_when_the_flagged_lines_ran_in_a_short_stretch():
     assert _zoom_window([5.0, 5.5, 6.0], end=20.0) == pytest.approx((4.9, 6.1))
     assert _zoom_window([1.0, 15.0], end=20.0) is None
     assert _zoom_window([3.0], end=20.0) is None
+
+
+def test_the_account_rows_add_up_and_name_the_finding_behind_the_workers():
+    from memlint.verify.account import account_rows
+    MiB = 2**20
+    main = {"pid": 7, "context_bytes": 500 * MiB, "peak_reserved": 300 * MiB,
+            "peak_allocated": 250 * MiB,
+            "at_peak": {"t": 2.0, "nvml": 1000 * MiB, "reserved": 300 * MiB,
+                        "allocated": 200 * MiB}}
+    contexts = {"worker_context_bytes": {"8": 522 * MiB, "9": 522 * MiB, "10": 0},
+                "foreign_bytes": 3 * 2**30}
+    text = "\n".join(account_rows(main, contexts, {"MEM002": "data.py:31"}))
+    assert "CUDA context              500.00 MiB" in text
+    assert "other (libraries)         200.00 MiB" in text  # 1000 - 500 - 300
+    assert "2 other processes of the run (DataLoader workers): 522.00 MiB each, " \
+           "1.02 GiB in all -- MEM002 at data.py:31" in text
+    assert "processes that are not the run's: 3.00 GiB" in text

@@ -199,7 +199,15 @@ def run(spec: dict) -> dict:
                 "statements": statements,
                 "unprobed": {str(k): v for k, v in instrumented.unprobed.items()},
                 "measurements": {str(fid): meter.result() for fid, meter in meters.items()},
-                "probe_errors": list(probe.errors), "partial": True}
+                "probe_errors": list(probe.errors), "partial": True,
+                "account": sampler.summary() if sampler is not None else None}
+
+    sampler = None
+    if device.is_cuda:
+        from memlint.verify.account import AccountSampler
+
+        sampler = AccountSampler(device.torch_device)
+        sampler.begin()
 
     statements = [{"key": s.key, "line": s.line, "end_line": s.end_line, "kind": s.kind,
                    "findings": [fid for fid, _ in s.findings]} for s in instrumented.statements]
@@ -248,6 +256,7 @@ def run(spec: dict) -> dict:
 
         result["peak_allocated"] = torch.cuda.max_memory_allocated(device.torch_device)
         result["peak_reserved"] = torch.cuda.max_memory_reserved(device.torch_device)
+        result["account"] = sampler.end() if sampler is not None else None
         result["torch"] = torch.__version__
         if spec.get("snapshot"):
             torch.cuda.memory._dump_snapshot(spec["snapshot"])

@@ -150,14 +150,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plot(run, findings, out_path: str, after=None) -> str:
-    from memlint.verify.plot import draw, labels_of, save_timeline
+    from memlint.verify.plot import account_timeline, draw, labels_of, save_timeline
 
     labels = labels_of(run.raw, findings)
     title = f"memlint verify {os.path.basename(run.path)}: device memory and flagged lines"
     fixed = after.raw["timeline"] if after is not None and after.raw \
         and "timeline" in after.raw else None
     try:
-        draw(run.raw["timeline"], labels, out_path, title, fixed)
+        draw(run.raw["timeline"], labels, out_path, title, fixed, account_timeline(run.raw))
     except ImportError:
         saved = os.path.splitext(out_path)[0] + ".timeline.json"
         save_timeline(saved, run.raw, labels, title, fixed)

@@ -10,7 +10,7 @@ import sys
 
 
 def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str,
-         fixed: dict | None = None) -> None:
+         fixed: dict | None = None, account: list | None = None) -> None:
     """`timeline` as the child records it; `labels` maps a probe key to its
     legend text ("line 42 MEM003"); `fixed`, the timeline of the run with the
     fixes applied (`verify --fix`), drawn on the same axes. When the flagged
@@ -32,7 +32,7 @@ def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str,
     figure, axes = plt.subplots(rows, 1, figsize=(11, 4.2 * rows), dpi=110, squeeze=False)
     for row, limits in enumerate([None, window][:rows]):
         _panel(axes[row][0], samples, exits, labels, limits, plt.get_cmap("tab10"),
-               fixed["samples"] if fixed else None)
+               fixed["samples"] if fixed else None, account)
     axes[0][0].set_title(title)
     if window:
         axes[1][0].set_title(f"zoom: {window[0]:.2f} s to {window[1]:.2f} s, where the "
@@ -54,8 +54,16 @@ def _zoom_window(times: list[float], end: float) -> tuple[float, float] | None:
     return max(0.0, first - margin), last + margin
 
 
-def _panel(axes, samples, exits, labels, limits, colours, fixed_samples=None) -> None:
+def _panel(axes, samples, exits, labels, limits, colours, fixed_samples=None,
+           account=None) -> None:
     gib = 2**30
+    shown_account = [row for row in account or ()
+                     if limits is None or limits[0] <= row[0] <= limits[1]]
+    if shown_account:  # (t, NVML process total, PyTorch reserved)
+        axes.plot([r[0] for r in shown_account], [r[1] / gib for r in shown_account],
+                  color="tab:red", linewidth=1.0, label="process total (NVML, as nvidia-smi)")
+        axes.plot([r[0] for r in shown_account], [r[2] / gib for r in shown_account],
+                  color="tab:blue", linewidth=1.0, linestyle="--", label="reserved by PyTorch")
     shown = [(t, a) for t, a in samples if limits is None or limits[0] <= t <= limits[1]]
     if shown:
         axes.plot([t for t, _ in shown], [a / gib for _, a in shown], color="0.25",
@@ -77,7 +85,7 @@ def _panel(axes, samples, exits, labels, limits, colours, fixed_samples=None) ->
     if limits is not None:
         axes.set_xlim(*limits)
     axes.set_xlabel("seconds since the script started")
-    axes.set_ylabel("GiB allocated")
+    axes.set_ylabel("GiB on the device")
     axes.grid(alpha=0.3)
     axes.legend(loc="upper left", fontsize=9)
 
@@ -94,7 +102,12 @@ def save_timeline(path: str, raw: dict, labels: dict[int, str], title: str,
                   fixed: dict | None = None) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         json.dump({"title": title, "labels": {str(k): v for k, v in labels.items()},
-                   "timeline": raw["timeline"], "fixed_timeline": fixed}, handle)
+                   "timeline": raw["timeline"], "fixed_timeline": fixed,
+                   "account": account_timeline(raw)}, handle)
+
+
+def account_timeline(raw: dict) -> list | None:
+    return (raw.get("account") or {}).get("timeline")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0], encoding="utf-8") as handle:
         saved = json.load(handle)
     draw(saved["timeline"], {int(k): v for k, v in saved["labels"].items()}, argv[1],
-         saved["title"], saved.get("fixed_timeline"))
+         saved["title"], saved.get("fixed_timeline"), saved.get("account"))
     return 0
 
 

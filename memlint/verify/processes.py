@@ -86,6 +86,7 @@ class ContextWatcher:
         self.session: int | None = None
         self.memory_by_pid: dict[int, int] = {}
         self.session_pids: set[int] = set()
+        self.foreign_max = 0  # the most device memory seen held by processes not the run's
         self.source = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -136,10 +137,14 @@ class ContextWatcher:
         while not self._stop.is_set():
             try:
                 self.session_pids.update(processes_in_session(self.session))
+                foreign = 0
                 for pid, used in self._query().items():
                     if pid in self.session_pids or session_of(pid) == self.session:
                         self.session_pids.add(pid)
                         self.memory_by_pid[pid] = max(used, self.memory_by_pid.get(pid, 0))
+                    else:
+                        foreign += used
+                self.foreign_max = max(self.foreign_max, foreign)
             except Exception:  # noqa: BLE001 - a failed sample is skipped
                 pass
             self._stop.wait(self.interval)
@@ -153,7 +158,8 @@ class ContextWatcher:
                 "main_context_bytes": self.memory_by_pid.get(main, 0),
                 "worker_processes": len(self.session_pids - {main}),
                 "worker_context_bytes": {str(pid): used for pid, used in
-                                         sorted(self.memory_by_pid.items()) if pid != main}}
+                                         sorted(self.memory_by_pid.items()) if pid != main},
+                "foreign_bytes": self.foreign_max}
 
 
 def wait_until_gone(pids, timeout: float = 5.0) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 
+from memlint.verify.account import account_rows
 from memlint.verify.judges import human_bytes
 from memlint.verify.runner import ScriptRun
 
@@ -26,6 +28,17 @@ def _outcome_line(run: ScriptRun) -> str:
     return f"ran to the end{took}"
 
 
+def _confirmed_places(run: ScriptRun) -> dict[str, str]:
+    """code -> `file.py:31` of its first confirmed finding, to tie a row of
+    the account to the finding that explains it."""
+    places: dict[str, str] = {}
+    for item in run.verified:
+        if item.judgement.verdict == "confirmed":
+            places.setdefault(item.finding.code,
+                              f"{os.path.basename(item.finding.path)}:{item.finding.line}")
+    return places
+
+
 def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
     rows = []
     for run in runs:
@@ -37,6 +50,11 @@ def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
             place = f"{finding.path}:{finding.line}:{finding.column}"
             rows.append(f"  {finding.code}  {place:<40} {item.judgement.verdict:<14} "
                         f"{item.judgement.measured}")
+        account = account_rows((run.raw or {}).get("account"), (run.raw or {}).get("contexts"),
+                               _confirmed_places(run))
+        if account:
+            rows.append("  memory account, as nvidia-smi counts it (NVML, per process):")
+            rows.extend("  " + row for row in account)
     for path in skipped:
         rows.append(f"{path}: skipped, not runnable (no `if __name__ == \"__main__\":` "
                     "and no top-level code)")
@@ -51,10 +69,20 @@ def format_json(runs: list[ScriptRun], skipped: list[str]) -> str:
     return json.dumps(as_data(runs, skipped), indent=2)
 
 
+def _account_data(run: ScriptRun) -> dict | None:
+    raw = run.raw or {}
+    main = raw.get("account")
+    if main is None and raw.get("contexts") is None:
+        return None
+    return {"main": {k: v for k, v in (main or {}).items() if k != "timeline"} or None,
+            "processes": raw.get("contexts")}
+
+
 def as_data(runs: list[ScriptRun], skipped: list[str]) -> dict:
     return {"scripts": [{"path": run.path, "outcome": run.outcome,
                          "run_seconds": run.run_seconds, "timed_out": run.timed_out,
                          "stuck_at": run.stuck_at,
+                         "account": _account_data(run),
                          "partial": bool((run.raw or {}).get("partial")),
                          "peak_allocated": (run.raw or {}).get("peak_allocated"),
                          "peak_reserved": (run.raw or {}).get("peak_reserved"),

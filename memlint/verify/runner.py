@@ -106,8 +106,8 @@ def verify_script(path: str, findings: list[Finding], options: Options,
         spec_path = os.path.join(work, "spec.json")
         with open(spec_path, "w", encoding="utf-8") as handle:
             json.dump(spec, handle)
-        watcher = ContextWatcher() if any(f.code == "MEM002" for f in findings) \
-            and options.device.startswith("cuda") else None
+        # every run on a GPU: the account's other processes (workers, not ours)
+        watcher = ContextWatcher() if options.device.startswith("cuda") else None
         log_path = os.path.join(work, "child.log")
         status, timed_out = run_child(
             [options.python, "-m", "memlint.verify.child", spec_path], options.timeout,
