@@ -131,3 +131,16 @@ def test_a_loss_kept_after_backward_is_confirmed_by_the_graph_it_keeps_on_the_ho
     assert kept.verdict == CONFIRMED and kept.numbers["graph_nodes_per_execution"] == 7
     assert "autograd graph nodes kept alive per iteration on the host" in kept.measured
     assert number.verdict == NOT_CONFIRMED and number.numbers["graph_nodes_per_execution"] == 0
+
+
+def test_ranks_under_torchrun_are_each_measured_and_reported():
+    """`--nproc-per-node 2`: torchrun starts one child per rank; each writes
+    its own result and is judged on its own measurements."""
+    from memlint.verify.runner import verify_ranks
+    path = str(DATA / "ddp_gloo.py")
+    runs = verify_ranks(path, probe_findings(path),
+                        Options(device="cpu", timeout=120, min_bytes=1024, nproc_per_node=2))
+    assert [run.path for run in runs] == [f"{path} [rank 0]", f"{path} [rank 1]"]
+    assert all(run.outcome == {"exit": "completed"} for run in runs), runs[0].log_tail
+    sizes = [run.verified[0].judgement.numbers["created_bytes_max"] for run in runs]
+    assert sizes == [1024 * 256 * 4, 2 * 1024 * 256 * 4]

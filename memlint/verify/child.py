@@ -158,11 +158,12 @@ def run(spec: dict) -> dict:
     from memlint.verify.meters import METERS, Device, WorkerHitsMeter
 
     script = os.path.abspath(spec["script"])
-    device = Device(spec.get("device"))
+    device = Device(_existing(spec.get("device")))
     if device.is_cuda:
         import torch
 
-        torch.cuda.set_device(device.torch_device)
+        if spec.get("select_device", True):
+            torch.cuda.set_device(device.torch_device)
         if spec.get("snapshot"):
             torch.cuda.memory._record_memory_history(max_entries=spec.get("snapshot_entries",
                                                                           100_000))
@@ -298,10 +299,39 @@ def _dump_stacks_on_sigusr1(path: str):
     return handle
 
 
+def _existing(device: str | None) -> str | None:
+    """`cuda:N` when that GPU exists, else `cuda:0` (two ranks on a one-GPU
+    machine both use GPU 0); any other device as given."""
+    if device and device.startswith("cuda:"):
+        import torch
+
+        if int(device.split(":", 1)[1]) >= torch.cuda.device_count():
+            return "cuda:0"
+    return device
+
+
+def for_this_rank(spec: dict) -> dict:
+    """Under torchrun (`verify --nproc-per-node`), each rank writes its own
+    files (`result.json.rank1`) and measures on its own GPU (`cuda:LOCAL_RANK`),
+    which it does not select for the script: a script that forgets
+    `torch.cuda.set_device` must still land on GPU 0, as it would."""
+    rank = os.environ.get("RANK")
+    if rank is None or not spec.get("ranks"):
+        return spec
+    spec = dict(spec)
+    for key in ("result_path", "stack_path", "snapshot"):
+        if spec.get(key):
+            spec[key] = f"{spec[key]}.rank{rank}"
+    if str(spec.get("device", "")).startswith("cuda"):
+        spec["device"] = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+        spec["select_device"] = False
+    return spec
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], encoding="utf-8") as handle:
-        spec = json.load(handle)
+        spec = for_this_rank(json.load(handle))
     stacks = _dump_stacks_on_sigusr1(spec["stack_path"]) if spec.get("stack_path") else None
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     result = run(spec)

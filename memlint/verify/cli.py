@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write PyTorch's memory snapshot (opens in pytorch.org/memory_viz)")
     parser.add_argument("--plot", metavar="OUT.png",
                         help="draw device memory over the run with the flagged lines marked")
+    parser.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
+                        help="run the script as N ranks under torchrun (PyTorch's launcher, "
+                             "--standalone) and report each rank's verdicts")
     parser.add_argument("--fix", action="store_true",
                         help="also run the script with its safe fixes applied (in memory; the "
                              "file is not written) and report what each fix saved, measured")
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:
         return 2 if stop.code else 0
 
-    from memlint.verify.runner import Options, cuda_problem, runnable_targets, verify_script
+    from memlint.verify.runner import Options, cuda_problem, runnable_targets, verify_ranks
 
     problem = cuda_problem(options.device)
     if problem:
@@ -108,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"memlint verify: {error}", file=sys.stderr)
         return 2
+    if options.nproc_per_node < 1:
+        print("memlint verify: --nproc-per-node must be 1 or more", file=sys.stderr)
+        return 2
+    if options.nproc_per_node > 1 and options.fix:
+        print("memlint verify: --fix with --nproc-per-node is not supported yet; "
+              "measure the fixes on one process", file=sys.stderr)
+        return 2
     if options.unsafe_fixes and not options.fix:
         print("memlint verify: --unsafe-fixes needs --fix", file=sys.stderr)
         return 2
@@ -120,16 +130,18 @@ def main(argv: list[str] | None = None) -> int:
                               min_bytes=options.min_bytes, device=options.device,
                               settings=settings,
                               snapshot=_per_script(options.snapshot, script, several),
-                              timeline=options.plot is not None, seed=seed)
+                              timeline=options.plot is not None, seed=seed,
+                              nproc_per_node=options.nproc_per_node)
         if options.fix:
             from memlint.verify.fix_effects import compare_fixes
 
             comparison = compare_fixes(script, findings, run_options, options.unsafe_fixes)
             comparisons.append(comparison)
-            run = comparison.before
+            ranks = [comparison.before]
         else:
-            run = verify_script(script, findings, run_options)
-        runs.append(run)
+            ranks = verify_ranks(script, findings, run_options)
+        runs.extend(ranks)
+        run = ranks[0]  # the one plotted
         if options.plot and run.raw and "timeline" in run.raw:
             after = comparisons[-1].after if comparisons else None
             print(_plot(run, findings, _per_script(options.plot, script, several), after),

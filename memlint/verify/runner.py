@@ -31,6 +31,7 @@ class Options:
     timeline: bool = False
     python: str = sys.executable
     seed: int | None = None  #: seeds random, numpy and torch in the child when set
+    nproc_per_node: int = 1  #: above 1: the script runs under torchrun, one child per rank
 
 
 @dataclass
@@ -91,7 +92,23 @@ def _child_env() -> dict:
 def verify_script(path: str, findings: list[Finding], options: Options,
                   source: str | None = None) -> ScriptRun:
     """Run one script with probes on `findings` and judge each of them;
-    `source` (a fixed text) runs in the file's place, the file untouched."""
+    `source` (a fixed text) runs in the file's place, the file untouched.
+    With `nproc_per_node` above 1 this is rank 0's run; `verify_ranks` gives all."""
+    return verify_ranks(path, findings, options, source)[0]
+
+
+def verify_ranks(path: str, findings: list[Finding], options: Options,
+                 source: str | None = None) -> list[ScriptRun]:
+    """One ScriptRun per rank: a single one for a plain run; under torchrun
+    (`nproc_per_node` > 1), each rank's verdicts from its own measurements."""
+    ranks = options.nproc_per_node
+    if ranks <= 1:
+        return [_verify_one(path, findings, options, source)]
+    return _verify_launched(path, findings, options, source, ranks)
+
+
+def _verify_one(path: str, findings: list[Finding], options: Options,
+                source: str | None = None) -> ScriptRun:
     with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
         result_path = os.path.join(work, "result.json")
         hits_path = os.path.join(work, "worker-hits.txt")
@@ -138,6 +155,62 @@ def verify_script(path: str, findings: list[Finding], options: Options,
     return ScriptRun(path, judge_run(raw, findings, options.min_bytes, options.device,
                                      worker_hits),
                      raw["outcome"], raw.get("run_seconds"), timed_out, raw, log_tail, stuck_at)
+
+
+def _launcher(ranks: int) -> list[str]:
+    """PyTorch's own launcher (torchrun), one node, `ranks` processes."""
+    return ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+
+
+def _verify_launched(path: str, findings: list[Finding], options: Options,
+                     source: str | None, ranks: int) -> list[ScriptRun]:
+    with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
+        result_path = os.path.join(work, "result.json")
+        stack_path = os.path.join(work, "stacks.txt")
+        spec = {"script": os.path.abspath(path), "source": source, "args": list(options.args),
+                "stack_path": stack_path, "ranks": ranks,
+                "device": options.device, "seed": options.seed, "result_path": result_path,
+                "hits_path": os.path.join(work, "worker-hits.txt"), "timeline": options.timeline,
+                "snapshot": None,
+                "findings": [{"id": i, "line": f.line, "code": f.code}
+                             for i, f in enumerate(findings)]}
+        spec_path = os.path.join(work, "spec.json")
+        with open(spec_path, "w", encoding="utf-8") as handle:
+            json.dump(spec, handle)
+        watcher = ContextWatcher() if options.device.startswith("cuda") else None
+        log_path = os.path.join(work, "child.log")
+        status, timed_out = run_child(
+            [options.python, *_launcher(ranks), "-m", "memlint.verify.child", spec_path],
+            options.timeout, _child_env(), log_path,
+            on_start=watcher.start if watcher else None)
+        contexts = watcher.stop() if watcher else None
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            log_tail = "".join(handle.readlines()[-15:])
+        runs = []
+        for rank in range(ranks):
+            raw = _read_json(f"{result_path}.rank{rank}") or _read_json(
+                f"{result_path}.rank{rank}.partial")
+            label = f"{path} [rank {rank}]"
+            stuck = stuck_line(f"{stack_path}.rank{rank}", os.path.abspath(path)) \
+                if timed_out else None
+            if raw is None:
+                why = "stopped by --timeout before it could report" if timed_out else \
+                    f"rank {rank} died before it could report (launcher exit status {status})"
+                runs.append(ScriptRun(label, [Verified(f, Judgement(ERROR, why)) for f in findings],
+                                      {"exit": "died", "status": status}, timed_out=timed_out,
+                                      log_tail=log_tail, stuck_at=stuck))
+                continue
+            if raw.get("partial"):
+                raw["outcome"] = {"exit": "timeout"} if timed_out else \
+                    {"exit": "died", "status": status}
+            raw["rank"] = rank
+            if contexts is not None:
+                raw["contexts"] = contexts
+            runs.append(ScriptRun(label, judge_run(raw, findings, options.min_bytes,
+                                                   raw.get("device") or options.device, {}),
+                                  raw["outcome"], raw.get("run_seconds"), timed_out, raw,
+                                  log_tail, stuck))
+        return runs
 
 
 def _read_json(path: str) -> dict | None:
