@@ -79,3 +79,13 @@ def test_a_run_stuck_in_a_dataloader_keeps_its_verdicts_and_says_where():
     verdict = run.verified[0].judgement
     assert verdict.verdict == CONFIRMED and verdict.numbers["allocated_delta_max"] == 64 * MiB
     assert run.stuck_at is not None and run.stuck_at.startswith("gpu_stuck_loader.py:22")
+
+
+def test_each_rank_of_a_torchrun_job_is_measured_on_its_gpu():
+    from memlint.verify.runner import verify_ranks
+    path = str(DATA / "gpu_ddp_gloo.py")
+    runs = verify_ranks(path, probe_findings(path), Options(timeout=180, nproc_per_node=2))
+    assert all(run.outcome == {"exit": "completed"} for run in runs), runs[0].log_tail
+    verdicts = [run.verified[0].judgement for run in runs]
+    assert [v.verdict for v in verdicts] == [CONFIRMED, CONFIRMED]
+    assert [v.numbers["created_bytes_max"] for v in verdicts] == [16 * MiB, 32 * MiB]

@@ -108,9 +108,11 @@ def _own_usage_query(index: int):
     return query
 
 
-def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dict) -> list[str]:
+def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dict,
+                 others: str = "DataLoader workers") -> list[str]:
     """The account as text rows: the main process split into its parts, each
-    other process of the run, and memory held by processes not ours."""
+    other process of the run (`others` says what they are), and memory held
+    by processes not ours."""
     rows = []
     if main is not None:
         peak = main["at_peak"]
@@ -124,16 +126,18 @@ def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dic
         rows.append(f"    other (libraries)       {human_bytes(max(rest, 0)):>12}")
         rows.append(f"    run's peaks: reserved {human_bytes(main['peak_reserved'])}, "
                     f"allocated {human_bytes(main['peak_allocated'])}")
+    own = str(main["pid"]) if main is not None else None
     workers = {pid: used for pid, used in (contexts or {}).get("worker_context_bytes", {}).items()
-               if used > 0}
+               if used > 0 and pid != own}
     if workers:
         sizes = sorted(workers.values())
         each = human_bytes(sizes[0]) if sizes[0] == sizes[-1] else \
             f"{human_bytes(sizes[0])}-{human_bytes(sizes[-1])}"
         because = findings_by_code.get("MEM002")
         rows.append(f"  {len(workers)} other process{'es' if len(workers) != 1 else ''} of the "
-                    f"run (DataLoader workers): {each} each, {human_bytes(sum(sizes))} in all"
-                    + (f" -- MEM002 at {because}" if because else ""))
+                    f"run ({others}): {each} each, {human_bytes(sum(sizes))} in all"
+                    + (f" -- MEM002 at {because}" if because and others.startswith("Data")
+                       else ""))
     others = (contexts or {}).get("foreign_bytes")
     if others:
         rows.append(f"  processes that are not the run's: {human_bytes(others)} on the device")

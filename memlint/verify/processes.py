@@ -25,6 +25,28 @@ def session_of(pid: int) -> int | None:
     return int(fields[3])  # state, ppid, pgrp, session
 
 
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def descends_from(pid: int, root: int) -> bool:
+    """Whether `pid` is `root` or one of its descendants (torchrun's ranks
+    start sessions of their own, so the session alone does not tell)."""
+    for _ in range(32):
+        if pid == root:
+            return True
+        parent = parent_of(pid)
+        if parent is None or parent <= 1:
+            return False
+        pid = parent
+    return False
+
+
 def processes_in_session(session: int) -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
@@ -139,7 +161,8 @@ class ContextWatcher:
                 self.session_pids.update(processes_in_session(self.session))
                 foreign = 0
                 for pid, used in self._query().items():
-                    if pid in self.session_pids or session_of(pid) == self.session:
+                    if pid in self.session_pids or session_of(pid) == self.session \
+                            or descends_from(pid, self.session):
                         self.session_pids.add(pid)
                         self.memory_by_pid[pid] = max(used, self.memory_by_pid.get(pid, 0))
                     else:
