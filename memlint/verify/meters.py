@@ -150,22 +150,25 @@ class DeviceBytesMeter(Meter):
 
     def _keep_outputs_mode(self):
         """A dispatch mode that keeps weak references to the GPU tensors each
-        operation makes. Its first use imports torch._dynamo (seconds), so
-        one is entered once here, before the script starts, not at the line."""
+        operation makes. PyTorch wraps a mode's `__torch_dispatch__` so that
+        torch.compile skips it, and the wrapper imports torch._dynamo on its
+        first call: over a second of every verify run, for a program that may
+        never compile anything. Ours is marked as already wrapped (the
+        wrapper's own cache), so nothing is imported."""
         from torch.utils._python_dispatch import TorchDispatchMode
 
         meter = self
         cuda_only = self.device.is_cuda
 
-        class KeepOutputs(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                result = func(*args, **(kwargs or {}))
-                for tensor in tensors_in(result):
-                    if not cuda_only or tensor.device.type == "cuda":
-                        meter.keep(tensor)
-                return result
+        def dispatch(mode, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            for tensor in tensors_in(result):
+                if not cuda_only or tensor.device.type == "cuda":
+                    meter.keep(tensor)
+            return result
 
-        return KeepOutputs()
+        setattr(dispatch, "__dynamo_disable", dispatch)
+        return type("KeepOutputs", (TorchDispatchMode,), {"__torch_dispatch__": dispatch})()
 
     def keep(self, tensor: torch.Tensor) -> None:
         """Remember a tensor the statement made; count its storage once."""

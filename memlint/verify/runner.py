@@ -297,17 +297,38 @@ def judge_run(raw: dict, findings: list[Finding], min_bytes: int, device: str,
 
 
 def cuda_problem(device: str) -> str | None:
-    """Why no CUDA device is usable for `device`, or None when one is."""
-    try:
-        import torch
-    except ImportError:
+    """Why no CUDA device is usable for `device`, or None when one is. NVML
+    answers in milliseconds where nvidia-ml-py is installed; importing torch
+    here (a second or more, which the child pays again) only where it is not."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
         return "memlint verify needs PyTorch with CUDA in this Python environment"
     if not device.startswith("cuda"):
         return f"--device must name a CUDA device (cuda or cuda:N), not {device!r}"
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    count = _nvml_device_count()
+    if count is not None and count > 0:
+        return None if index < count else f"no CUDA device {device}: this machine has {count}"
+    import torch
+
     if not torch.cuda.is_available():
         return f"no usable CUDA device (torch {torch.__version__}: torch.cuda.is_available() " \
                "is False)"
-    index = int(device.split(":", 1)[1]) if ":" in device else 0
     if index >= torch.cuda.device_count():
         return f"no CUDA device {device}: this machine has {torch.cuda.device_count()}"
     return None
+
+
+def _nvml_device_count() -> int | None:
+    """GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetCount()
+    except Exception:  # noqa: BLE001 - nvidia-ml-py missing or no driver: ask torch
+        return None
