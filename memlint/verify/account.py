@@ -4,8 +4,8 @@ nvidia-smi shows for each process goes.
 For the main process, a thread in the child samples, at the same instant,
 what NVML says the process uses on the device and what PyTorch has reserved
 and allocated there; the account is read at the sample where NVML's figure
-peaked: NVML total = CUDA context (the smallest NVML-minus-reserved seen in
-the run, before other libraries add their buffers) + PyTorch reserved (of
+peaked: NVML total = CUDA context (NVML-minus-reserved at the first sample,
+before other libraries add their buffers) + PyTorch reserved (of
 which allocated) + the rest (other libraries' buffers: cuBLAS workspaces,
 NCCL, a second context). DataLoader workers and other processes of the run
 come from the parent's NVML watch of the child's session; processes on the
@@ -39,8 +39,8 @@ class AccountSampler:
 
     def begin(self) -> None:
         """Sample until `end`. Nothing is allocated for it: the context is read
-        off the samples (the smallest NVML figure minus reserved seen, before
-        other libraries add buffers of their own)."""
+        off the first sample (NVML's figure minus reserved, before other
+        libraries add buffers of their own)."""
         if self.query is None:
             return
         self.thread = threading.Thread(target=self._sample, daemon=True)
@@ -75,7 +75,10 @@ class AccountSampler:
             return None
         peak = max(self.samples, key=lambda s: s[1])
         last = self.samples[-1]
-        context = min(max(used - reserved, 0) for _, used, reserved, _ in self.samples)
+        # the first sample, before other libraries add buffers of their own (a
+        # minimum over the run is not: NVML's figure can lag a large reserve)
+        _, used, reserved, _ = self.samples[0]
+        context = max(used - reserved, 0)
         return {"pid": os.getpid(), "context_bytes": context,
                 "at_peak": _row(peak), "at_exit": _row(last),
                 "peak_reserved": max(s[2] for s in self.samples),
