@@ -54,3 +54,16 @@ def test_the_account_rows_add_up_and_name_the_finding_behind_the_workers():
     assert "2 other processes of the run (DataLoader workers): 522.00 MiB each, " \
            "1.02 GiB in all -- MEM002 at data.py:31" in text
     assert "processes that are not the run's: 3.00 GiB" in text
+
+
+def test_a_rank_that_holds_memory_on_a_gpu_not_its_own_is_shown():
+    """The "every rank makes a context on GPU 0" problem, as the account says it."""
+    from memlint.verify.account import account_rows
+    MiB = 2**20
+    main = {"pid": 11, "device": "cuda:1", "context_bytes": 518 * MiB, "peak_reserved": 0,
+            "peak_allocated": 0,
+            "at_peak": {"t": 1.0, "nvml": 518 * MiB, "reserved": 0, "allocated": 0}}
+    contexts = {"devices_by_pid": {"11": {"cuda:0": 520 * MiB, "cuda:1": 518 * MiB}}}
+    text = "\n".join(account_rows(main, contexts, {}, "the other ranks"))
+    assert "also on cuda:0, not its own GPU: 520.00 MiB (a CUDA context, at least)" in text
+    assert "also on cuda:1" not in text

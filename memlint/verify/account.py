@@ -79,7 +79,7 @@ class AccountSampler:
         # minimum over the run is not: NVML's figure can lag a large reserve)
         _, used, reserved, _ = self.samples[0]
         context = max(used - reserved, 0)
-        return {"pid": os.getpid(), "context_bytes": context,
+        return {"pid": os.getpid(), "device": str(self.device), "context_bytes": context,
                 "at_peak": _row(peak), "at_exit": _row(last),
                 "peak_reserved": max(s[2] for s in self.samples),
                 "peak_allocated": max(s[3] for s in self.samples),
@@ -129,6 +129,11 @@ def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dic
         rows.append(f"    other (libraries)       {human_bytes(max(rest, 0)):>12}")
         rows.append(f"    run's peaks: reserved {human_bytes(main['peak_reserved'])}, "
                     f"allocated {human_bytes(main['peak_allocated'])}")
+        devices = (contexts or {}).get("devices_by_pid", {}).get(str(main["pid"]), {})
+        for device, used in sorted(devices.items()):
+            if device != main.get("device"):
+                rows.append(f"    also on {device}, not its own GPU: {human_bytes(used)}"
+                            + (" (a CUDA context, at least)" if used >= 256 * 2**20 else ""))
     own = str(main["pid"]) if main is not None else None
     workers = {pid: used for pid, used in (contexts or {}).get("worker_context_bytes", {}).items()
                if used > 0 and pid != own}

@@ -109,6 +109,8 @@ class ContextWatcher:
         self.memory_by_pid: dict[int, int] = {}
         self.session_pids: set[int] = set()
         self.foreign_max = 0  # the most device memory seen held by processes not the run's
+        #: (pid, GPU index) -> the most memory seen (NVML only; nvidia-smi's query sums)
+        self.memory_by_pid_device: dict[tuple[int, int], int] = {}
         self.source = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -126,9 +128,12 @@ class ContextWatcher:
 
         def query() -> dict[int, int]:
             used = {}
-            for handle in handles:
+            for index, handle in enumerate(handles):
                 for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     used[proc.pid] = used.get(proc.pid, 0) + (proc.usedGpuMemory or 0)
+                    key = (proc.pid, index)
+                    self.memory_by_pid_device[key] = max(proc.usedGpuMemory or 0,
+                                                         self.memory_by_pid_device.get(key, 0))
             return used
 
         self.source = "nvml"
@@ -182,7 +187,16 @@ class ContextWatcher:
                 "worker_processes": len(self.session_pids - {main}),
                 "worker_context_bytes": {str(pid): used for pid, used in
                                          sorted(self.memory_by_pid.items()) if pid != main},
-                "foreign_bytes": self.foreign_max}
+                "foreign_bytes": self.foreign_max,
+                "devices_by_pid": self._devices_by_pid()}
+
+    def _devices_by_pid(self) -> dict[str, dict[str, int]]:
+        """For each process of the run, the most memory seen on each GPU."""
+        found: dict[str, dict[str, int]] = {}
+        for (pid, index), used in sorted(self.memory_by_pid_device.items()):
+            if pid in self.session_pids and used > 0:
+                found.setdefault(str(pid), {})[f"cuda:{index}"] = used
+        return found
 
 
 def wait_until_gone(pids, timeout: float = 5.0) -> bool:
