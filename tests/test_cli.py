@@ -258,7 +258,7 @@ def test_rule_pages_ship_in_a_built_wheel(tmp_path, monkeypatch):
                             "--no-build-isolation", "-w", str(wheels), str(CHECKOUT)],
                            capture_output=True, text=True, timeout=300, check=False)
     assert built.returncode == 0, built.stderr
-    (wheel,) = wheels.glob("memlint-*.whl")
+    (wheel,) = wheels.glob("torch_memlint-*.whl")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     scripts = "Scripts" if os.name == "nt" else "bin"

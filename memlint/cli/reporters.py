@@ -16,10 +16,9 @@ from urllib.parse import quote
 
 from memlint.engine import Report
 from memlint.finding import SAFE, Finding, Related
-from memlint.cli.pages import summary
+from memlint.cli.pages import page, summary
 from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
-INFORMATION_URI = "https://github.com/memlint/memlint"
 SARIF_SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
                 "sarif-schema-2.1.0.json")
 
@@ -125,12 +124,12 @@ def sarif(report: Report, version: str) -> str:
     """A SARIF 2.1.0 log with one run; internal errors are tool execution notifications."""
     rules = [{"id": SYNTAX_ERROR_CODE, "name": NAMES_BY_CODE[SYNTAX_ERROR_CODE],
               "shortDescription": {"text": summary(SYNTAX_ERROR_CODE)},
-              "helpUri": _help_uri(SYNTAX_ERROR_CODE),
+              "help": _help(SYNTAX_ERROR_CODE),
               "defaultConfiguration": {"level": "error"}}]
     rules += [{"id": rule.code, "name": rule.name,
                "shortDescription": {"text": summary(rule.code)},
                "fullDescription": {"text": " ".join((rule.__doc__ or "").split())},
-               "helpUri": _help_uri(rule.code),
+               "help": _help(rule.code),
                "defaultConfiguration": {"level": "warning"}} for rule in ALL_RULES]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
     results = [{
@@ -161,7 +160,7 @@ def sarif(report: Report, version: str) -> str:
         "runs": [{
             "tool": {"driver": {"name": "memlint", "version": version,
                                 "semanticVersion": version,
-                                "informationUri": INFORMATION_URI, "rules": rules}},
+                                "rules": rules}},
             "originalUriBaseIds": {"%SRCROOT%": {"uri": _directory_uri(os.getcwd())}},
             "invocations": [invocation],
             "results": results,
@@ -203,8 +202,11 @@ def _related_locations(finding: Finding) -> dict:
     } for number, r in enumerate(finding.related, start=1)]}
 
 
-def _help_uri(code: str) -> str:
-    return f"{INFORMATION_URI}/blob/main/rules/{code}.md"
+def _help(code: str) -> dict:
+    """The rule's page itself (code scanning shows it beside the alert): no
+    project URL is known to link to instead, and none is made up."""
+    text = page(code)
+    return {"text": text, "markdown": text}
 
 
 def _uri(path: str) -> str:
