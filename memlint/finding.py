@@ -87,6 +87,8 @@ class Finding:
     unless: Any = field(default=None, compare=False, repr=False)
     #: the rewrite that removes the finding, where a sound one exists
     fix: Fix | None = field(default=None, compare=False)
+    #: "error", "warning" or "note": the rule's default or the project's setting
+    severity: str = field(default="warning", compare=False)
 
     def to_dict(self) -> dict:
         """The JSON shape: the fields of DESIGN.md, `related` (always a list,

@@ -293,3 +293,34 @@ def test_the_readme_example_is_what_check_prints_today():
     done = run(*command[len("$ memlint "):].split(), cwd=CHECKOUT)
     assert done.stdout == shown
     assert done.returncode == int(block.split("$ echo $?\n", 1)[1].split()[0])
+
+
+def test_severities_fail_on_quiet_and_output_file_end_to_end(project):
+    """A MEM005 (a note by default) and a MEM007 (a warning): `--fail-on`
+    decides which set exit 1; `[tool.memlint] severity` moves a rule;
+    `-q` drops the summary; `-o` writes the report to a file."""
+    import json
+    source = ("import torch\nfrom torch.utils.data import DataLoader\n"
+              "loader = DataLoader(Frames(), batch_size=8)\n"
+              "for x in loader:\n    x = x.cuda()\n"
+              "net = Net().cuda()\nnet.load_state_dict(torch.load('best.pt'))\n")
+    write(project / "train.py", source)
+    assert run("check", "train.py", cwd=project).returncode == 1
+    assert run("check", "--fail-on", "warning", "train.py", cwd=project).returncode == 1
+    assert run("check", "--fail-on", "error", "train.py", cwd=project).returncode == 0
+    quiet = run("check", "-q", "train.py", cwd=project)
+    assert quiet.stdout.count("\n") == 2 and "Found" not in quiet.stdout
+    written = run("check", "--output-format", "json", "-o", "out.json", "train.py", cwd=project)
+    assert written.stdout == "" and written.returncode == 1
+    levels = {r["code"]: r["severity"] for r in json.loads((project / "out.json").read_text())}
+    assert levels == {"MEM005": "note", "MEM007": "warning"}
+    (project / "pyproject.toml").write_text(
+        "[tool.memlint]\nfail-on = \"error\"\n[tool.memlint.severity]\n"
+        "load-without-map-location = \"error\"\n")
+    gated = run("check", "--format", "github", "train.py", cwd=project)
+    assert gated.returncode == 1  # the load is now an error, and errors fail
+    assert gated.stdout.splitlines()[0].startswith("::notice ") \
+        and gated.stdout.splitlines()[1].startswith("::error ")
+    (project / "pyproject.toml").write_text("[tool.memlint.severity]\nMEM005 = \"fatal\"\n")
+    bad = run("check", "train.py", cwd=project)
+    assert bad.returncode == 2 and "expected one of error, warning, note" in bad.stderr

@@ -20,7 +20,8 @@ IN_NOTEBOOK = Finding(path="nb.ipynb", line=12, column=9, code="MEM007", end_lin
                       end_column=20, name="load-without-map-location", message="m",
                       cell=4, cell_line=2)
 BROKEN = Finding(path="src/old.py", line=2, column=7, code="MEM000", end_line=2, end_column=7,
-                 name="syntax-error", message="cannot parse the file: invalid syntax")
+                 name="syntax-error", message="cannot parse the file: invalid syntax",
+                 severity="error")  # as the engine makes every MEM000
 CRASH = InternalError(path="src/weird.py", message="ValueError: boom")
 
 
@@ -36,7 +37,7 @@ def test_json_records_have_exactly_the_design_fields():
     assert record == {"path": "src/train.py", "line": 3, "column": 9, "end_line": 3,
                       "end_column": 34, "code": "MEM007", "name": "load-without-map-location",
                       "message": "torch.load() without map_location ...", "related": [],
-                      "fix": None}
+                      "fix": None, "severity": "warning"}
     (cell,) = json.loads(json_format(Report(findings=[IN_NOTEBOOK]), __version__))
     assert (cell["cell"], cell["cell_line"]) == (4, 2)
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from memlint.rules import ALL_CODES, ALL_RULES, SYNTAX_ERROR_CODE
+from memlint.rules import ALL_CODES, ALL_RULES, SEVERITIES, SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
 
 if sys.version_info >= (3, 11):
@@ -28,7 +28,8 @@ _PATTERN_LISTS = ("exclude", "extend-exclude")
 BUDGETS = {"max-file-size": ("max_file_size_mb", "MB"),
            "file-timeout": ("file_timeout_s", "seconds"),
            "max-file-memory": ("max_file_memory_mb", "MB")}
-_TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores", *BUDGETS)
+_TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores", *BUDGETS, "severity",
+                   "fail-on")
 _RULES_BY_KEY = {**{r.code: r for r in ALL_RULES}, **{r.name: r for r in ALL_RULES}}
 
 
@@ -109,6 +110,10 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
                                                            "a list of glob patterns"))
         elif key == "per-file-ignores":
             values["per_file_ignores"] = _per_file_ignores(value, f"{where} {key}")
+        elif key == "severity":
+            values["severities"] = _severities(value, f"{where} {key}")
+        elif key == "fail-on":
+            values["fail_on"] = severity_level(value, f"{where} {key}")
         elif key in _RULES_BY_KEY:
             rule = _RULES_BY_KEY[key]
             if rule.code in rule_options:
@@ -119,6 +124,28 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
             known = ", ".join((*_TOP_LEVEL_KEYS, "<rule code or name>"))
             raise ConfigError(f"{where}: unknown key {key!r}; expected one of {known}")
     return Settings(**values, rule_options=rule_options)
+
+
+def severity_level(value: object, what: str) -> str:
+    if value not in SEVERITIES:
+        raise ConfigError(f"{what}: expected one of {', '.join(reversed(SEVERITIES))}, "
+                          f"got {_shown(value)}")
+    return value
+
+
+def _severities(value: object, what: str) -> dict[str, str]:
+    """`{MEM005 = "note", tensor-history-kept = "warning"}`: codes or rule names."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{what}: expected a table of rule codes or names to severities, "
+                          f"got {_shown(value)}")
+    severities = {}
+    for key, level in value.items():
+        rule = _RULES_BY_KEY.get(key)
+        code = rule.code if rule is not None else key if key == SYNTAX_ERROR_CODE else None
+        if code is None:
+            raise ConfigError(f"{what}: unknown rule {key!r}")
+        severities[code] = severity_level(level, f"{what}.{key}")
+    return severities
 
 
 NOTHING_SELECTED = ("no rule codes given, so no rule would run; expected codes or prefixes "

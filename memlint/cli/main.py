@@ -94,8 +94,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--force-exclude", action="store_true",
                        help="apply excludes to files named on the command line too "
                             "(pre-commit passes every staged file by name)")
-    check.add_argument("--format", choices=tuple(FORMATS), default="text",
-                       help="output format (default: text)")
+    check.add_argument("--output-format", "--format", dest="format", choices=tuple(FORMATS),
+                       default="text", help="output format (default: text)")
+    check.add_argument("--fail-on", choices=("error", "warning", "note"), default=None,
+                       help="the least severity that makes the exit status 1 (default: note, "
+                            "every finding; [tool.memlint] fail-on sets it too)")
+    check.add_argument("-q", "--quiet", action="store_true",
+                       help="print the findings only: no summary line")
+    check.add_argument("-o", "--output-file", metavar="PATH",
+                       help="write the report to this file instead of stdout")
     check.add_argument("--exit-zero", action="store_true",
                        help="exit 0 even when there are findings (errors still exit 2)")
     check.add_argument("--statistics", action="store_true",
@@ -180,12 +187,15 @@ def _check(options: argparse.Namespace) -> int:
     on_disk = [p for p in paths if p != "-" and p not in missing]
     if options.force_exclude:
         on_disk = [p for p in on_disk if not settings.is_excluded(p)]
+    output = _output_file(options.output_file) if options.output_file else None
     sources = discover_sources(on_disk, settings)
     stdin = _stdin_source(options, settings) if "-" in paths else None
     if stdin is not None:
         sources.append(stdin)
     report = check_sources(sources, settings, jobs=options.jobs or None)
     if options.diff:
+        if output is not None:
+            output.close()
         return _diff(report, sources, settings, options.unsafe_fixes)
     fixed = 0
     if options.fix:
@@ -198,12 +208,14 @@ def _check(options: argparse.Namespace) -> int:
     to_stderr = options.fix and stdin is not None  # stdout holds the fixed source
     if to_stderr:
         _write_bytes(sources[-1].data or b"")
-    say = sys.stderr.write if to_stderr else _write
+    say = output.write if output is not None else sys.stderr.write if to_stderr else _write
     say(FORMATS[options.format](report, __version__))
-    if options.format == "text" and report.findings:
+    if options.format == "text" and not options.quiet and report.findings:
         say(fix_summary(report, fixed, options.unsafe_fixes))
-    elif options.format == "text" and fixed:
+    elif options.format == "text" and not options.quiet and fixed:
         say(f"Fixed {fixed} finding{'s' * (fixed != 1)}; none left.\n")
+    if output is not None:
+        output.close()
     if options.statistics and report.findings:
         counts = statistics(report)
         if options.format in _MACHINE_FORMATS:  # keep stdout one parseable document
@@ -212,9 +224,17 @@ def _check(options: argparse.Namespace) -> int:
             _write(counts)
     if report.errors or missing:
         return EXIT_ERROR
-    if report.findings and not options.exit_zero:
+    if not options.exit_zero and any(settings.fails(f.severity) for f in report.findings):
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _output_file(path: str):
+    """`-o PATH`: the report goes there (UTF-8), written whole at the end."""
+    try:
+        return open(path, "w", encoding="utf-8", newline="\n")
+    except OSError as error:
+        raise ConfigError(f"-o {path}: cannot write it: {error.strerror or error}") from None
 
 
 def _fixable(report, unsafe: bool):
@@ -344,11 +364,14 @@ def _settings(options: argparse.Namespace, paths: list[str]) -> Settings:
     given = vars(options)  # a budget flag not given is absent (argparse.SUPPRESS)
     flags = {field: given[key.replace("-", "_")] for key, (field, _) in BUDGETS.items()
              if key.replace("-", "_") in given}
-    return apply_overrides(settings, select=options.select, ignore=options.ignore,
-                           extend_select=options.extend_select,
-                           extend_ignore=options.extend_ignore,
-                           extend_exclude=options.extend_exclude,
-                           budgets=flags)
+    settings = apply_overrides(settings, select=options.select, ignore=options.ignore,
+                               extend_select=options.extend_select,
+                               extend_ignore=options.extend_ignore,
+                               extend_exclude=options.extend_exclude,
+                               budgets=flags)
+    if options.fail_on is not None:
+        settings = replace(settings, fail_on=options.fail_on)
+    return settings
 
 
 def _stdin_source(options: argparse.Namespace, settings: Settings) -> Source | None:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from memlint.engine import Report
 from memlint.finding import SAFE, Finding, Related
 from memlint.cli.pages import page, summary
-from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
+from memlint.rules import ALL_RULES, NAMES_BY_CODE, SEVERITY_BY_CODE, SYNTAX_ERROR_CODE
 
 SARIF_SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/"
                 "sarif-schema-2.1.0.json")
@@ -91,13 +91,16 @@ def github(report: Report, version: str) -> str:
         properties = {"file": display_path(f.path), "line": f.line, "col": f.column,
                       "endLine": f.end_line, "endColumn": f.end_column,
                       "title": f"{f.code} {f.name}"}
-        level = "error" if f.code == SYNTAX_ERROR_CODE else "warning"
+        level = _GITHUB_LEVELS[f.severity]
         lines.append(f"::{level} {_github_properties(properties)}::"
                      f"{_escape_data(_with_cell(f))}")
     for error in report.errors:
         lines.append(f"::error {_github_properties({'file': display_path(error.path), 'title': 'memlint'})}"
                      f"::{_escape_data('internal error: ' + error.message)}")
     return "".join(line + "\n" for line in lines)
+
+
+_GITHUB_LEVELS = {"error": "error", "warning": "warning", "note": "notice"}
 
 
 def _with_cell(finding: Finding | Related) -> str:
@@ -125,17 +128,17 @@ def sarif(report: Report, version: str) -> str:
     rules = [{"id": SYNTAX_ERROR_CODE, "name": NAMES_BY_CODE[SYNTAX_ERROR_CODE],
               "shortDescription": {"text": summary(SYNTAX_ERROR_CODE)},
               "help": _help(SYNTAX_ERROR_CODE),
-              "defaultConfiguration": {"level": "error"}}]
+              "defaultConfiguration": {"level": SEVERITY_BY_CODE[SYNTAX_ERROR_CODE]}}]
     rules += [{"id": rule.code, "name": rule.name,
                "shortDescription": {"text": summary(rule.code)},
                "fullDescription": {"text": " ".join((rule.__doc__ or "").split())},
                "help": _help(rule.code),
-               "defaultConfiguration": {"level": "warning"}} for rule in ALL_RULES]
+               "defaultConfiguration": {"level": rule.severity}} for rule in ALL_RULES]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
     results = [{
         "ruleId": f.code,
         "ruleIndex": index[f.code],
-        "level": "error" if f.code == SYNTAX_ERROR_CODE else "warning",
+        "level": f.severity,
         "message": {"text": _with_cell(f)},
         "locations": [{"physicalLocation": {
             "artifactLocation": {"uri": _uri(f.path), "uriBaseId": "%SRCROOT%"},

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import PurePath
 
-from memlint.rules import ALL_CODES, SYNTAX_ERROR_CODE
+from memlint.rules import ALL_CODES, SEVERITIES, SEVERITY_BY_CODE, SYNTAX_ERROR_CODE
 
 DEFAULT_EXCLUDES = (".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", ".env",
                     "env", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
@@ -36,6 +36,17 @@ class Settings:
     max_file_size_mb: float | None = 2.0
     file_timeout_s: float | None = 60.0
     max_file_memory_mb: float | None = 2048.0
+    #: code -> severity, over the rules' defaults (`[tool.memlint.severity]`)
+    severities: dict[str, str] = field(default_factory=dict)
+    #: the least severity that makes the run fail (exit 1): every finding by default
+    fail_on: str = "note"
+
+    def severity_of(self, code: str) -> str:
+        return self.severities.get(code, SEVERITY_BY_CODE.get(code, "warning"))
+
+    def fails(self, severity: str) -> bool:
+        """Whether a finding of `severity` sets exit code 1."""
+        return SEVERITIES.index(severity) >= SEVERITIES.index(self.fail_on)
 
     def selected_codes(self, path: str | None = None) -> frozenset[str]:
         """The rule codes that apply to `path`; MEM000 always does."""

@@ -27,7 +27,7 @@ from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
 from memlint.engine.suppression import is_suppressed, skips_file
 from memlint.finding import Edit, Finding, Fix, Related
-from memlint.rules import ALL_RULES, NAMES_BY_CODE, SYNTAX_ERROR_CODE
+from memlint.rules import ALL_RULES, NAMES_BY_CODE, SEVERITY_BY_CODE, SYNTAX_ERROR_CODE
 from memlint.rules.base import FixPlan
 
 #: Python's line ends; str.splitlines() also splits on form feeds and others.
@@ -106,7 +106,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
     if not reports:
         return []
     try:
-        return _place(module, source, path, reports, noqa)
+        return _place(module, source, path, reports, noqa, settings.severity_of)
     except RecursionError:  # libcst's code generation recurses in Python
         return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
                                          "memlint to place its findings")]
@@ -157,7 +157,7 @@ def _parse(source: str, path: str) -> cst.Module | Finding:
 
 
 def _place(module: cst.Module, source: str, path: str, reports,
-           noqa: bool = True) -> list[Finding]:
+           noqa: bool = True, severity_of=SEVERITY_BY_CODE.get) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
     wanted = [n for _, node, stmt, _, _, related, fix in reports
               for n in (node, stmt, *(evidence for evidence, _ in related), *_fixed_nodes(fix))
@@ -181,7 +181,8 @@ def _place(module: cst.Module, source: str, path: str, reports,
                              end_line=span.end.line, end_column=span.end.column + 1,
                              name=rule.name, message=message, unless=unless,
                              related=tuple(_related(path, positions, related)),
-                             fix=_fix(module, positions, plan, lines)))
+                             fix=_fix(module, positions, plan, lines),
+                             severity=severity_of(rule.code)))
     return sorted(findings)
 
 
@@ -363,7 +364,7 @@ def _parse_failure(source: str, error: cst.ParserSyntaxError) -> tuple[int, int,
 def syntax_error(path: str, line: int, column: int, message: str) -> Finding:
     return Finding(path=path, line=line, column=column, code=SYNTAX_ERROR_CODE,
                    end_line=line, end_column=column, name=NAMES_BY_CODE[SYNTAX_ERROR_CODE],
-                   message=message)
+                   message=message, severity="error")
 
 
 class Undecodable(ValueError):

@@ -29,3 +29,7 @@ RULES_BY_CODE: dict[str, type[Rule]] = {r.code: r for r in ALL_RULES}
 ALL_CODES: list[str] = [SYNTAX_ERROR_CODE, *RULES_BY_CODE]
 NAMES_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: SYNTAX_ERROR_NAME,
                                  **{r.code: r.name for r in ALL_RULES}}
+#: error > warning > note; a finding's severity is one of these
+SEVERITIES: tuple[str, ...] = ("note", "warning", "error")
+SEVERITY_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: "error",
+                                    **{r.code: r.severity for r in ALL_RULES}}

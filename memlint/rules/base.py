@@ -33,6 +33,10 @@ class FixPlan(NamedTuple):
 class Rule:
     code: ClassVar[str]
     name: ClassVar[str]
+    #: "error" (a leak, a crash, a call with no effect), "warning" (memory that
+    #: grows with the data or the model) or "note" (speed): the default, which
+    #: `[tool.memlint.severity]` overrides; `--fail-on` decides the exit code
+    severity: ClassVar[str] = "warning"
     #: The file is only parsed for this rule if its text contains one of these.
     keywords: ClassVar[tuple[str, ...]]
     #: Code snippets the rule must leave alone / must flag.

@@ -79,6 +79,7 @@ class CudaInDataWorker(Rule):
 
     code = "MEM002"
     name = "cuda-in-data-worker"
+    severity = "error"
     keywords = ("Dataset", "DataLoader", "collate_fn", "worker_init_fn")
 
     VALID = [

@@ -67,6 +67,7 @@ class DataLoaderWithoutPinMemory(Rule):
 
     code = "MEM005"
     name = "dataloader-without-pin-memory"
+    severity = "note"
     keywords = ("DataLoader",)
 
     MESSAGE = ("{loader} while this module copies batches to a CUDA device: every batch is "

@@ -95,6 +95,7 @@ class GradInInference(Rule):
 
     code = "MEM004"
     name = "grad-in-inference"
+    severity = "warning"
     keywords = ("eval", "test", "valid", "predict", "infer", "generat", "sampl", "volatile")
 
     VALID = [

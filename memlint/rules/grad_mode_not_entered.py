@@ -29,6 +29,7 @@ class GradModeNotEntered(Rule):
 
     code = "MEM006"
     name = "grad-mode-not-entered"
+    severity = "error"
     keywords = ("no_grad", "inference_mode", "enable_grad")
 
     MESSAGE = ("'{written}' on its own line does nothing: the grad mode only changes inside "

@@ -33,6 +33,7 @@ class LoadWithoutMapLocation(Rule):
 
     code = "MEM007"
     name = "load-without-map-location"
+    severity = "warning"
     keywords = ("load", "save")  # saves too: what a file saves tells the loads of others
 
     RANKS = ("torch.load() without map_location in a multi-process job: every rank restores "

@@ -64,6 +64,7 @@ class TensorHistoryKept(Rule):
 
     code = "MEM003"
     name = "tensor-history-kept"
+    severity = "error"
     keywords = ("for ", "while ")
 
     VALID = [

@@ -116,6 +116,7 @@ class WholeDatasetToDevice(Rule):
 
     code = "MEM001"
     name = "whole-dataset-to-device"
+    severity = "warning"
     keywords = ("cuda", "dev", ".to(")
 
     MESSAGE = ("'{source}' is put on the GPU whole{how}: the entire data set stays in GPU memory "
