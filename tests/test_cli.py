@@ -324,3 +324,24 @@ def test_severities_fail_on_quiet_and_output_file_end_to_end(project):
     (project / "pyproject.toml").write_text("[tool.memlint.severity]\nMEM005 = \"fatal\"\n")
     bad = run("check", "train.py", cwd=project)
     assert bad.returncode == 2 and "expected one of error, warning, note" in bad.stderr
+
+
+def test_code_frames_and_colour_follow_the_flags_and_the_environment(project, monkeypatch):
+    """Piped output stays one line per finding; --show-source adds the code
+    and a caret span; colour only on request (--color always, FORCE_COLOR),
+    never under NO_COLOR with --color auto."""
+    write(project / "train.py", "import torch\nnet = Net().cuda()\n"
+                                "net.load_state_dict(torch.load('best.pt'))\n")
+    plain = run("check", "train.py", cwd=project).stdout
+    assert plain.splitlines()[0].startswith("train.py:3:21: MEM007 [*] ") and "|" not in plain
+    framed = run("check", "--show-source", "train.py", cwd=project).stdout.splitlines()
+    assert framed[1:4] == ["  |", "3 | net.load_state_dict(torch.load('best.pt'))",
+                           "  |" + " " * 21 + "^" * 21]
+    assert "\033[" not in "\n".join(framed)
+    coloured = run("check", "--show-source", "--color", "always", "train.py", cwd=project).stdout
+    assert "\033[1;33mMEM007\033[0m" in coloured  # a warning, in the warning's colour
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    assert "\033[" in run("check", "--show-source", "train.py", cwd=project).stdout
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\033[" not in run("check", "--show-source", "train.py", cwd=project).stdout
+    assert "|" not in run("check", "--no-show-source", "train.py", cwd=project).stdout

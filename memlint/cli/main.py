@@ -20,7 +20,7 @@ from memlint.engine import Source, check_sources, discover_sources, size_limit
 from memlint.engine.fixes import FileChanged, encode_like, fix_text, wanted, write_fixed
 from memlint.engine.notebook import cell_text, check_notebook_source, fix_notebook
 from memlint.engine.source import check_source, decode
-from memlint.cli.reporters import FORMATS, display_path, fix_summary, statistics
+from memlint.cli.reporters import FORMATS, display_path, fix_summary, full_text, statistics
 from memlint.rules import NAMES_BY_CODE
 from memlint.engine.settings import Settings
 
@@ -99,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--fail-on", choices=("error", "warning", "note"), default=None,
                        help="the least severity that makes the exit status 1 (default: note, "
                             "every finding; [tool.memlint] fail-on sets it too)")
+    check.add_argument("--show-source", action="store_true", default=None,
+                       help="show the flagged code under each finding (the default on a "
+                            "terminal, for the text format)")
+    check.add_argument("--no-show-source", dest="show_source", action="store_false",
+                       help="one line per finding, even on a terminal")
+    check.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                       help="colour the text output: auto (a terminal, unless NO_COLOR is "
+                            "set; FORCE_COLOR forces it), always, never")
     check.add_argument("-q", "--quiet", action="store_true",
                        help="print the findings only: no summary line")
     check.add_argument("-o", "--output-file", metavar="PATH",
@@ -209,7 +217,12 @@ def _check(options: argparse.Namespace) -> int:
     if to_stderr:
         _write_bytes(sources[-1].data or b"")
     say = output.write if output is not None else sys.stderr.write if to_stderr else _write
-    say(FORMATS[options.format](report, __version__))
+    terminal = output is None and not to_stderr and sys.stdout.isatty()
+    show_source = terminal if options.show_source is None else options.show_source
+    if options.format == "text" and show_source:
+        say(full_text(report, _lines_by_source(sources), _colour(options.color, terminal)))
+    else:
+        say(FORMATS[options.format](report, __version__))
     if options.format == "text" and not options.quiet and report.findings:
         say(fix_summary(report, fixed, options.unsafe_fixes))
     elif options.format == "text" and not options.quiet and fixed:
@@ -227,6 +240,43 @@ def _check(options: argparse.Namespace) -> int:
     if not options.exit_zero and any(settings.fails(f.severity) for f in report.findings):
         return EXIT_FINDINGS
     return EXIT_CLEAN
+
+
+def _colour(choice: str, terminal: bool) -> bool:
+    """`--color`, with the conventions of NO_COLOR and FORCE_COLOR for `auto`."""
+    if choice != "auto":
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    return bool(os.environ.get("FORCE_COLOR")) or terminal
+
+
+def _lines_by_source(sources: list[Source]):
+    """A finding's lines for its code frame: the text that was checked (stdin's
+    included), a notebook's cell; None when it cannot be read."""
+    data = {source.path: source.data for source in sources}
+    cache: dict[str, list | None] = {}
+
+    def lines_of(finding) -> list[str] | None:
+        if finding.path not in cache:
+            try:
+                raw = data.get(finding.path) or _read(finding.path)
+                cache[finding.path] = _text_lines(finding.path, decode(raw))
+            except (OSError, ValueError):
+                cache[finding.path] = None
+        lines = cache[finding.path]
+        if lines is not None and finding.cell is not None:
+            return lines[finding.cell - 1] if finding.cell <= len(lines) else None
+        return lines
+    return lines_of
+
+
+def _text_lines(path: str, text: str):
+    """The file's lines; for a notebook, each cell's lines (indexed by cell)."""
+    if not path.endswith(".ipynb"):
+        return text.splitlines(keepends=True)
+    import json
+    return [cell_text(cell).splitlines(keepends=True) for cell in json.loads(text)["cells"]]
 
 
 def _output_file(path: str):

@@ -53,6 +53,48 @@ def text(report: Report, version: str) -> str:
                    for f in report.findings)
 
 
+_STYLES = {"error": "\033[1;31m", "warning": "\033[1;33m", "note": "\033[1;36m",
+           "bold": "\033[1m", "dim": "\033[2m", "reset": "\033[0m"}
+
+
+def full_text(report: Report, lines_of: Callable[[Finding], list[str] | None],
+              color: bool = False) -> str:
+    """`text` with the flagged code under each finding, a caret under the
+    flagged span (as ruff shows it), and the severity's colour on a terminal.
+    `lines_of` gives the finding's file (or notebook cell) as lines, or None."""
+    def paint(style: str, value: str) -> str:
+        return f"{_STYLES[style]}{value}{_STYLES['reset']}" if color else value
+
+    out = []
+    for f in report.findings:
+        out.append(f"{paint('bold', location(f))}: {paint(f.severity, f.code)} "
+                   f"{_fix_mark(f)}{f.message}\n")
+        out.extend(_frame(f, lines_of(f), paint))
+    return "".join(out)
+
+
+def _frame(finding: Finding, lines: list[str] | None, paint) -> list[str]:
+    """The flagged line(s), at most 3, numbered, with carets under the span."""
+    if not lines:
+        return []
+    first = finding.cell_line if finding.cell is not None else finding.line
+    last = first + (finding.end_line - finding.line)
+    shown = list(range(first, min(last, first + 2) + 1))
+    if not shown or shown[-1] > len(lines):
+        return []
+    width = len(str(shown[-1]))
+    gutter = paint("dim", f"{' ' * width} |")
+    rows = [gutter + "\n"]
+    for number in shown:
+        code = lines[number - 1].rstrip("\r\n").expandtabs(4)
+        rows.append(f"{paint('dim', f'{number:>{width}} |')} {code}\n")
+        start = finding.column - 1 if number == first else len(code) - len(code.lstrip())
+        end = finding.end_column - 1 if number == last else len(code)
+        if end > start:
+            rows.append(f"{gutter} {' ' * start}{paint(finding.severity, '^' * (end - start))}\n")
+    return rows
+
+
 def _fix_mark(finding: Finding) -> str:
     return "[*] " if finding.fix is not None and finding.fix.applicability == SAFE else ""
 
