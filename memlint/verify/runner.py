@@ -9,6 +9,7 @@ import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memlint.engine import check_file, discover
 from memlint.finding import Finding
@@ -107,54 +108,87 @@ def verify_ranks(path: str, findings: list[Finding], options: Options,
     return _verify_launched(path, findings, options, source, ranks)
 
 
+class _Launched(NamedTuple):
+    """What the parent knows once the child (or torchrun and its ranks) ended."""
+
+    status: int | None
+    timed_out: bool
+    contexts: dict | None
+    log_tail: str
+    result_path: str  #: rank r writes `<result_path>.rank<r>` under torchrun
+    stack_path: str
+    hits_path: str
+
+
+def _launch(work: str, path: str, findings: list[Finding], options: Options,
+            source: str | None, ranks: int = 1) -> _Launched:
+    """Write the child's spec into `work`, run it (under torchrun with one
+    child per rank when `ranks` > 1) with the GPU's processes watched, and
+    wait for it or the timeout."""
+    result_path, hits_path, stack_path, spec_path, log_path = (
+        os.path.join(work, name) for name in
+        ("result.json", "worker-hits.txt", "stacks.txt", "spec.json", "child.log"))
+    spec = {"script": os.path.abspath(path), "source": source, "args": list(options.args),
+            "stack_path": stack_path, "ranks": ranks if ranks > 1 else None,
+            "device": options.device, "seed": options.seed, "result_path": result_path,
+            "hits_path": hits_path, "timeline": options.timeline,
+            "snapshot": os.path.abspath(options.snapshot) if options.snapshot and ranks == 1
+            else None,
+            "findings": [{"id": i, "line": f.line, "code": f.code}
+                         for i, f in enumerate(findings)]}
+    with open(spec_path, "w", encoding="utf-8") as handle:
+        json.dump(spec, handle)
+    # every run on a GPU: the account's other processes (workers, ranks, not ours)
+    watcher = ContextWatcher() if options.device.startswith("cuda") else None
+    launcher = _launcher(ranks) if ranks > 1 else []
+    status, timed_out = run_child(
+        [options.python, *launcher, "-m", "memlint.verify.child", spec_path], options.timeout,
+        _child_env(), log_path, on_start=watcher.start if watcher else None,
+        stack_path=stack_path if ranks == 1 else None)  # torchrun's agent has no handler
+    contexts = watcher.stop() if watcher else None
+    with open(log_path, encoding="utf-8", errors="replace") as handle:
+        log_tail = "".join(handle.readlines()[-15:])
+    return _Launched(status, timed_out, contexts, log_tail, result_path, stack_path, hits_path)
+
+
+def _measured(result_path: str, launched: _Launched) -> dict | None:
+    """The child's result, or what it measured before it was stopped or died."""
+    raw = _read_json(result_path)
+    if raw is None:
+        raw = _read_json(result_path + ".partial")
+        if raw is not None:
+            raw["outcome"] = {"exit": "timeout"} if launched.timed_out else \
+                {"exit": "died", "status": launched.status}
+    return raw
+
+
+def _unmeasured(label: str, findings: list[Finding], launched: _Launched, why: str,
+                stuck_at: str | None) -> ScriptRun:
+    verified = [Verified(f, Judgement(ERROR, why)) for f in findings]
+    return ScriptRun(label, verified, {"exit": "died", "status": launched.status},
+                     timed_out=launched.timed_out, log_tail=launched.log_tail, stuck_at=stuck_at)
+
+
 def _verify_one(path: str, findings: list[Finding], options: Options,
                 source: str | None = None) -> ScriptRun:
     with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
-        result_path = os.path.join(work, "result.json")
-        hits_path = os.path.join(work, "worker-hits.txt")
-        stack_path = os.path.join(work, "stacks.txt")
-        spec = {"script": os.path.abspath(path), "source": source, "args": list(options.args),
-                "stack_path": stack_path,
-                "device": options.device, "seed": options.seed, "result_path": result_path,
-                "hits_path": hits_path, "timeline": options.timeline,
-                "snapshot": os.path.abspath(options.snapshot) if options.snapshot else None,
-                "findings": [{"id": i, "line": f.line, "code": f.code}
-                             for i, f in enumerate(findings)]}
-        spec_path = os.path.join(work, "spec.json")
-        with open(spec_path, "w", encoding="utf-8") as handle:
-            json.dump(spec, handle)
-        # every run on a GPU: the account's other processes (workers, not ours)
-        watcher = ContextWatcher() if options.device.startswith("cuda") else None
-        log_path = os.path.join(work, "child.log")
-        status, timed_out = run_child(
-            [options.python, "-m", "memlint.verify.child", spec_path], options.timeout,
-            _child_env(), log_path, on_start=watcher.start if watcher else None,
-            stack_path=stack_path)
-        contexts = watcher.stop() if watcher else None
-        with open(log_path, encoding="utf-8", errors="replace") as handle:
-            log_tail = "".join(handle.readlines()[-15:])
-        raw = _read_json(result_path)
-        if raw is None:  # stopped or died before the end: what it measured until then
-            raw = _read_json(result_path + ".partial")
-            if raw is not None:
-                raw["outcome"] = {"exit": "timeout"} if timed_out else \
-                    {"exit": "died", "status": status}
-        stuck_at = stuck_line(stack_path, os.path.abspath(path)) if timed_out else None
-        worker_hits = _read_worker_hits(hits_path)
+        launched = _launch(work, path, findings, options, source)
+        raw = _measured(launched.result_path, launched)
+        stuck_at = stuck_line(launched.stack_path, os.path.abspath(path)) \
+            if launched.timed_out else None
+        worker_hits = _read_worker_hits(launched.hits_path)
     if raw is None:
-        why = "stopped by --timeout before it could report" if timed_out else \
-            f"the child process died (exit status {status}) before it could report"
-        last = log_tail.strip().splitlines()[-1:] or [""]
-        verified = [Verified(f, Judgement(ERROR, f"{why}; {last[0]}".rstrip("; ")))
-                    for f in findings]
-        return ScriptRun(path, verified, {"exit": "died", "status": status}, timed_out=timed_out,
-                         log_tail=log_tail, stuck_at=stuck_at)
-    if contexts is not None:
-        raw["contexts"] = contexts
+        why = "stopped by --timeout before it could report" if launched.timed_out else \
+            f"the child process died (exit status {launched.status}) before it could report"
+        last = launched.log_tail.strip().splitlines()[-1:] or [""]
+        return _unmeasured(path, findings, launched, f"{why}; {last[0]}".rstrip("; "), stuck_at)
+    if launched.contexts is not None:
+        raw["contexts"] = launched.contexts
     raw["worker_hits"] = {str(k): v for k, v in worker_hits.items()}
     return ScriptRun(path, judge_run(raw, findings, options.min_bytes, options.device,
                                      worker_hits),
-                     raw["outcome"], raw.get("run_seconds"), timed_out, raw, log_tail, stuck_at)
+                     raw["outcome"], raw.get("run_seconds"), launched.timed_out, raw,
+                     launched.log_tail, stuck_at)
 
 
 def _launcher(ranks: int) -> list[str]:
@@ -165,51 +199,26 @@ def _launcher(ranks: int) -> list[str]:
 def _verify_launched(path: str, findings: list[Finding], options: Options,
                      source: str | None, ranks: int) -> list[ScriptRun]:
     with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
-        result_path = os.path.join(work, "result.json")
-        stack_path = os.path.join(work, "stacks.txt")
-        spec = {"script": os.path.abspath(path), "source": source, "args": list(options.args),
-                "stack_path": stack_path, "ranks": ranks,
-                "device": options.device, "seed": options.seed, "result_path": result_path,
-                "hits_path": os.path.join(work, "worker-hits.txt"), "timeline": options.timeline,
-                "snapshot": None,
-                "findings": [{"id": i, "line": f.line, "code": f.code}
-                             for i, f in enumerate(findings)]}
-        spec_path = os.path.join(work, "spec.json")
-        with open(spec_path, "w", encoding="utf-8") as handle:
-            json.dump(spec, handle)
-        watcher = ContextWatcher() if options.device.startswith("cuda") else None
-        log_path = os.path.join(work, "child.log")
-        status, timed_out = run_child(
-            [options.python, *_launcher(ranks), "-m", "memlint.verify.child", spec_path],
-            options.timeout, _child_env(), log_path,
-            on_start=watcher.start if watcher else None)
-        contexts = watcher.stop() if watcher else None
-        with open(log_path, encoding="utf-8", errors="replace") as handle:
-            log_tail = "".join(handle.readlines()[-15:])
+        launched = _launch(work, path, findings, options, source, ranks)
         runs = []
         for rank in range(ranks):
-            raw = _read_json(f"{result_path}.rank{rank}") or _read_json(
-                f"{result_path}.rank{rank}.partial")
             label = f"{path} [rank {rank}]"
-            stuck = stuck_line(f"{stack_path}.rank{rank}", os.path.abspath(path)) \
-                if timed_out else None
+            raw = _measured(f"{launched.result_path}.rank{rank}", launched)
+            stuck = stuck_line(f"{launched.stack_path}.rank{rank}", os.path.abspath(path)) \
+                if launched.timed_out else None
             if raw is None:
-                why = "stopped by --timeout before it could report" if timed_out else \
-                    f"rank {rank} died before it could report (launcher exit status {status})"
-                runs.append(ScriptRun(label, [Verified(f, Judgement(ERROR, why)) for f in findings],
-                                      {"exit": "died", "status": status}, timed_out=timed_out,
-                                      log_tail=log_tail, stuck_at=stuck))
+                why = "stopped by --timeout before it could report" if launched.timed_out \
+                    else f"rank {rank} died before it could report (launcher exit status " \
+                         f"{launched.status})"
+                runs.append(_unmeasured(label, findings, launched, why, stuck))
                 continue
-            if raw.get("partial"):
-                raw["outcome"] = {"exit": "timeout"} if timed_out else \
-                    {"exit": "died", "status": status}
             raw["rank"] = rank
-            if contexts is not None:
-                raw["contexts"] = contexts
+            if launched.contexts is not None:
+                raw["contexts"] = launched.contexts
             runs.append(ScriptRun(label, judge_run(raw, findings, options.min_bytes,
                                                    raw.get("device") or options.device, {}),
-                                  raw["outcome"], raw.get("run_seconds"), timed_out, raw,
-                                  log_tail, stuck))
+                                  raw["outcome"], raw.get("run_seconds"), launched.timed_out,
+                                  raw, launched.log_tail, stuck))
         return runs
 
 
