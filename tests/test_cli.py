@@ -345,3 +345,15 @@ def test_code_frames_and_colour_follow_the_flags_and_the_environment(project, mo
     monkeypatch.setenv("NO_COLOR", "1")
     assert "\033[" not in run("check", "--show-source", "train.py", cwd=project).stdout
     assert "|" not in run("check", "--no-show-source", "train.py", cwd=project).stdout
+
+
+def test_a_rule_page_for_a_terminal_drops_markdown_marks_and_colours_code():
+    from memlint.cli.pages import for_terminal
+    markdown = "# tensor-history-kept (MEM003)\n\n## Fix safety\n\nUse `loss.item()`.\n" \
+               "```python\ntotal += loss.item()\n```\n"
+    plain = for_terminal(markdown, color=False)
+    assert plain == ("TENSOR-HISTORY-KEPT (MEM003)\n\nFix safety\n\nUse `loss.item()`.\n"
+                     "    total += loss.item()\n")
+    coloured = for_terminal(markdown, color=True)
+    assert "\033[36mloss.item()\033[0m" in coloured and "`" not in coloured
+    assert "\033[1mFix safety\033[0m" in coloured

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -471,5 +472,15 @@ def _show_rule(code_or_name: str) -> int:
         print(f"memlint rule: error: unknown rule {code_or_name!r}; "
               f"known codes are {', '.join(NAMES_BY_CODE)}", file=sys.stderr)
         return EXIT_ERROR
-    _write(page(code))
+    if not sys.stdout.isatty():
+        _write(page(code))  # piped: the Markdown itself, for tools and files
+        return EXIT_CLEAN
+    from memlint.cli.pages import for_terminal
+    text = for_terminal(page(code), _colour("auto", True))
+    if text.count("\n") > shutil.get_terminal_size().lines:
+        import pydoc
+        os.environ.setdefault("LESS", "-R")  # let less show the colours
+        pydoc.pager(text)
+    else:
+        _write(text)
     return EXIT_CLEAN

@@ -9,6 +9,8 @@ folder next to the package is read instead.
 
 from __future__ import annotations
 
+import re
+
 import sys
 from importlib import resources
 from pathlib import Path
@@ -61,3 +63,25 @@ def _generated_page(code: str) -> str:
     left_alone = "\n\n".join(f"```python\n{example}\n```" for example in rule.VALID[:3])
     return (f"# {rule.code} {rule.name}\n\n{doc}\n\n## Flagged\n\n{flagged}\n\n"
             f"## Left alone\n\n{left_alone}\n")
+
+
+def for_terminal(markdown: str, color: bool) -> str:
+    """A page as a terminal shows it: headings bold (the title in capitals),
+    code blocks indented (and cyan), inline code cyan, the Markdown marks
+    that only a renderer reads left out. Without colour, inline code keeps
+    its backticks so it still stands out."""
+    bold, cyan, reset = ("\033[1m", "\033[36m", "\033[0m") if color else ("", "", "")
+    out, in_code = [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            out.append(f"    {cyan}{line}{reset}" if line else "")
+        elif line.startswith("# "):
+            out.append(f"{bold}{line[2:].upper()}{reset}")
+        elif line.startswith("## "):
+            out.append(f"{bold}{line[3:]}{reset}")
+        else:
+            out.append(re.sub(r"`([^`]+)`", rf"{cyan}\1{reset}", line) if color else line)
+    return "\n".join(out) + "\n"
