@@ -266,10 +266,16 @@ class DataLoaderWithoutPinMemory(Rule):
     def _collate_moves_to_device(self, node: cst.Call) -> bool:
         """`collate_fn=partial(collate, device=device)`: the collate function is
         given the training device, so the batches it returns are already there
-        (also when either branch of an `if` binds it so)."""
+        (also when every branch of an `if`/`elif`/`else` binds it so)."""
         collate = call_arg(node, "collate_fn", position=_COLLATE_POSITION)
         value = self.ctx.resolve(collate.value) if collate is not None else None
-        choices = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+        choices, pending = [], [value]
+        while pending:  # `if/elif/else` bindings nest: IfExp(IfExp(a, b), c)
+            choice = pending.pop()
+            if isinstance(choice, cst.IfExp):
+                pending += [choice.body, choice.orelse]
+            else:
+                choices.append(choice)
         return all(isinstance(c, cst.Call) and self.ctx.qualify(c.func) in _PARTIAL
                    and call_arg(c, "device") is not None for c in choices)
 
