@@ -64,6 +64,6 @@ def test_a_rank_that_holds_memory_on_a_gpu_not_its_own_is_shown():
             "peak_allocated": 0,
             "at_peak": {"t": 1.0, "nvml": 518 * MiB, "reserved": 0, "allocated": 0}}
     contexts = {"devices_by_pid": {"11": {"cuda:0": 520 * MiB, "cuda:1": 518 * MiB}}}
-    text = "\n".join(account_rows(main, contexts, {}, "the other ranks"))
+    text = "\n".join(account_rows(main, contexts, {}, ranks=True))
     assert "also on cuda:0, not its own GPU: 520.00 MiB (a CUDA context, at least)" in text
     assert "also on cuda:1" not in text

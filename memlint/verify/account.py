@@ -18,7 +18,7 @@ import os
 import threading
 import time
 
-from memlint.verify.judges import human_bytes
+from memlint.verify.judges import human_bytes, size_range
 
 
 class AccountSampler:
@@ -112,10 +112,10 @@ def _own_usage_query(index: int):
 
 
 def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dict,
-                 others: str = "DataLoader workers") -> list[str]:
+                 ranks: bool = False) -> list[str]:
     """The account as text rows: the main process split into its parts, each
-    other process of the run (`others` says what they are), and memory held
-    by processes not ours."""
+    other process of the run (DataLoader workers, or in a launched job of
+    `ranks` the other ranks too), and memory held by processes not ours."""
     rows = []
     if main is not None:
         peak = main["at_peak"]
@@ -138,15 +138,13 @@ def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dic
     workers = {pid: used for pid, used in (contexts or {}).get("worker_context_bytes", {}).items()
                if used > 0 and pid != own}
     if workers:
-        sizes = sorted(workers.values())
-        each = human_bytes(sizes[0]) if sizes[0] == sizes[-1] else \
-            f"{human_bytes(sizes[0])}-{human_bytes(sizes[-1])}"
-        because = findings_by_code.get("MEM002")
+        what = "the other ranks, their DataLoader workers" if ranks else "DataLoader workers"
+        because = None if ranks else findings_by_code.get("MEM002")
         rows.append(f"  {len(workers)} other process{'es' if len(workers) != 1 else ''} of the "
-                    f"run ({others}): {each} each, {human_bytes(sum(sizes))} in all"
-                    + (f" -- MEM002 at {because}" if because and others.startswith("Data")
-                       else ""))
-    others = (contexts or {}).get("foreign_bytes")
-    if others:
-        rows.append(f"  processes that are not the run's: {human_bytes(others)} on the device")
+                    f"run ({what}): {size_range(workers.values())} each, "
+                    f"{human_bytes(sum(workers.values()))} in all"
+                    + (f" -- MEM002 at {because}" if because else ""))
+    foreign = (contexts or {}).get("foreign_bytes")
+    if foreign:
+        rows.append(f"  processes that are not the run's: {human_bytes(foreign)} on the device")
     return rows

@@ -194,15 +194,6 @@ def run(spec: dict) -> dict:
     probe = Probe(meters_by_key, timeline)
     setattr(builtins, PROBE_NAME, probe)
 
-    def measured_so_far() -> dict:
-        return {"script": script, "outcome": {"exit": "unfinished"},
-                "device": str(device.torch_device) if device.torch_device else None,
-                "statements": statements,
-                "unprobed": {str(k): v for k, v in instrumented.unprobed.items()},
-                "measurements": {str(fid): meter.result() for fid, meter in meters.items()},
-                "probe_errors": list(probe.errors), "partial": True,
-                "account": sampler.summary() if sampler is not None else None}
-
     sampler = None
     if device.is_cuda:
         from memlint.verify.account import AccountSampler
@@ -212,8 +203,20 @@ def run(spec: dict) -> dict:
 
     statements = [{"key": s.key, "line": s.line, "end_line": s.end_line, "kind": s.kind,
                    "findings": [fid for fid, _ in s.findings]} for s in instrumented.statements]
-    snapshots = Snapshots(spec["result_path"] + ".partial", probe, measured_so_far) \
-        if spec.get("result_path") else None
+
+    def measured() -> dict:
+        """What the probes measured so far: the snapshots' body and the result's."""
+        return {"script": script,
+                "device": str(device.torch_device) if device.torch_device else None,
+                "statements": statements,
+                "unprobed": {str(k): v for k, v in instrumented.unprobed.items()},
+                "measurements": {str(fid): meter.result() for fid, meter in meters.items()},
+                "probe_errors": list(probe.errors),
+                "account": sampler.summary() if sampler is not None else None}
+
+    snapshots = Snapshots(spec["result_path"] + ".partial", probe,
+                          lambda: {**measured(), "outcome": {"exit": "unfinished"},
+                                   "partial": True}) if spec.get("result_path") else None
 
     main = types.ModuleType("__main__")
     main.__file__ = script
@@ -241,17 +244,8 @@ def run(spec: dict) -> dict:
 
     for meter in meters.values():
         probe._safely(meter.finish)
-    result = {
-        "script": script,
-        "outcome": outcome,
-        "run_seconds": run_seconds,
-        "device": str(device.torch_device) if device.torch_device else None,
-        "statements": statements,
-        "unprobed": {str(k): v for k, v in instrumented.unprobed.items()},
-        "measurements": {str(fid): meter.result() for fid, meter in meters.items()},
-        "probe_errors": probe.errors,
-        "allocated_at_end": device.allocated(),
-    }
+    result = {**measured(), "outcome": outcome, "run_seconds": run_seconds,
+              "allocated_at_end": device.allocated()}
     if device.is_cuda:
         import torch
 

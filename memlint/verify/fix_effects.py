@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from memlint.engine.fixes import fix_text
 from memlint.engine.source import check_source
 from memlint.finding import UNSAFE, Finding
-from memlint.verify.judges import human_bytes
+from memlint.verify.judges import human_bytes, loaded_on_gpu
 from memlint.verify.runner import Options, ScriptRun, Verified, verify_script
 
 
@@ -64,8 +64,7 @@ def _loaded_on_gpu(numbers: dict) -> float | None:
     loads = numbers.get("loads")
     if not loads:
         return None
-    return sum(size for load in loads for device, size in load.items()
-               if device.startswith("cuda"))
+    return sum(loaded_on_gpu(loads).values())
 
 
 QUANTITIES = {

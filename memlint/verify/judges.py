@@ -50,6 +50,24 @@ def human_bytes(size: float) -> str:
     return f"{sign}{size:.2f} GiB"
 
 
+def size_range(sizes) -> str:
+    """`612.00 MiB`, or `518.00 MiB-612.00 MiB` when the sizes differ."""
+    ordered = sorted(sizes)
+    if ordered[0] == ordered[-1]:
+        return human_bytes(ordered[0])
+    return f"{human_bytes(ordered[0])}-{human_bytes(ordered[-1])}"
+
+
+def loaded_on_gpu(loads: list[dict]) -> dict[str, int]:
+    """Bytes that `torch.load` calls put on each CUDA device (LoadedDevicesMeter's records)."""
+    on_gpu: dict[str, int] = {}
+    for load in loads:
+        for device, size in load.items():
+            if device.startswith("cuda"):
+                on_gpu[device] = on_gpu.get(device, 0) + size
+    return on_gpu
+
+
 def times(count: int) -> str:
     return "once" if count == 1 else f"{count} times"
 
@@ -93,9 +111,7 @@ def judge_worker_cuda(record: dict, facts: RunFacts) -> Judgement:
                "hits_in_main": record["hits"], "hits_in_workers": facts.worker_hits,
                "source": contexts.get("source")}
     if workers:
-        sizes = sorted(workers.values())
-        each = human_bytes(sizes[0]) if sizes[0] == sizes[-1] else \
-            f"{human_bytes(sizes[0])}-{human_bytes(sizes[-1])}"
+        each = size_range(workers.values())
         return Judgement(CONFIRMED, f"{len(workers)} worker process"
                          f"{'es' if len(workers) > 1 else ''} each created a CUDA context, "
                          f"{each} each", numbers)
@@ -243,11 +259,7 @@ def judge_load_device(record: dict, facts: RunFacts) -> Judgement:
     numbers = {"hits": record["hits"], "loads": loads}
     if not loads:
         return Judgement(NOT_REACHED, "torch.load never returned here", numbers)
-    on_gpu: dict[str, int] = {}
-    for load in loads:
-        for device, size in load.items():
-            if device.startswith("cuda"):
-                on_gpu[device] = on_gpu.get(device, 0) + size
+    on_gpu = loaded_on_gpu(loads)
     if on_gpu:
         where = ", ".join(f"{human_bytes(size)} on {device}"
                           for device, size in sorted(on_gpu.items()))

@@ -14,24 +14,24 @@ import time
 GRACE_SECONDS = 10.0
 
 
-def session_of(pid: int) -> int | None:
-    """The session id of a process, from /proc (None if it is gone)."""
+def _stat_field(pid: int, index: int) -> int | None:
+    """A numeric field of /proc/PID/stat after the command name (0: state,
+    1: ppid, 2: pgrp, 3: session); None if the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
             stat = handle.read()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[3])  # state, ppid, pgrp, session
+    return int(stat[stat.rindex(")") + 2:].split()[index])
+
+
+def session_of(pid: int) -> int | None:
+    """The session id of a process, from /proc (None if it is gone)."""
+    return _stat_field(pid, 3)
 
 
 def parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    return _stat_field(pid, 1)
 
 
 def descends_from(pid: int, root: int) -> bool:

@@ -50,10 +50,9 @@ def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
             place = f"{finding.path}:{finding.line}:{finding.column}"
             rows.append(f"  {finding.code}  {place:<40} {item.judgement.verdict:<14} "
                         f"{item.judgement.measured}")
-        others = "the other ranks, their DataLoader workers" \
-            if (run.raw or {}).get("rank") is not None else "DataLoader workers"
-        account = account_rows((run.raw or {}).get("account"), (run.raw or {}).get("contexts"),
-                               _confirmed_places(run), others)
+        raw = run.raw or {}
+        account = account_rows(raw.get("account"), raw.get("contexts"), _confirmed_places(run),
+                               ranks=raw.get("rank") is not None)
         if account:
             rows.append("  memory account, as nvidia-smi counts it (NVML, per process):")
             rows.extend("  " + row for row in account)
