@@ -10,6 +10,10 @@ from __future__ import annotations
 import libcst as cst
 
 
+#: torch's DataLoader, by every qualified name it is imported under
+DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+
+
 def dotted_name(node: cst.BaseExpression | None) -> str | None:
     """`a.b.c` for a chain of names and attributes, else None.
 

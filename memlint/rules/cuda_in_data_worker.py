@@ -9,10 +9,9 @@ import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
 from memlint.analysis.module_index import FunctionInfo, ModuleIndex
-from memlint.analysis.names import call_arg, dotted_name, has_star_args
+from memlint.analysis.names import DATA_LOADERS, call_arg, dotted_name, has_star_args
 from memlint.rules.base import Rule
 
-_LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 #: Dataset methods that run in the worker processes, once per sample or batch.
 _WORKER_METHODS = ("__getitem__", "__getitems__", "__iter__", "__next__")
 #: DataLoader arguments that run in the workers, with their positions.
@@ -191,7 +190,7 @@ class CudaInDataWorker(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
-        if qualified in _LOADERS:
+        if qualified in DATA_LOADERS:
             self.loaders.append(self._loader(node))
             return
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":

@@ -11,14 +11,14 @@ from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
                                     iterated_name, local_owner)
-from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs, literal_bool
+from memlint.analysis.names import (DATA_LOADERS, call_arg, dotted_name, has_star_kwargs,
+                                    literal_bool)
 from memlint.analysis.project import (Either, FactCollector, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
 from memlint.rules.rewrites import with_keyword
 
-_DATALOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 _SET_DEFAULT_DEVICE = {"torch.set_default_device"}
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
 #: collate_fn, pin_memory, ...)
@@ -198,7 +198,7 @@ class DataLoaderWithoutPinMemory(Rule):
                                      filter(None, (dotted_name(a.value) for a in node.args)))
         if _reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
             self.single_batch_reads[iterated_name(node.args[0].value)] += 1
-        if self.ctx.qualify(node.func) in _DATALOADERS:
+        if self.ctx.qualify(node.func) in DATA_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
             self._note_dataset_on_gpu()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
-from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.names import DATA_LOADERS, call_arg, dotted_name
 from memlint.analysis.walker import children
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule
@@ -29,7 +29,6 @@ _READERS = {"numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
             "numpy.memmap"}
 _READER_PREFIXES = ("pandas.read_",)
 _TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
-_DATA_LOADERS = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 #: Keywords a move may carry and still be undone by dropping it (not `dtype`).
 _MOVE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
@@ -248,7 +247,7 @@ class WholeDatasetToDevice(Rule):
             if any(_puts_on_cuda(arg.value, self) for arg in node.args):
                 self._gpu_tensor_datasets.append((node, self.statement(), self._dataset_names(node)))
             return
-        if qualified in _DATA_LOADERS:
+        if qualified in DATA_LOADERS:
             dataset = call_arg(node, "dataset", 0)
             if dataset is not None:
                 self._loaders.append((dataset.value, self._targets(node)))
@@ -316,7 +315,7 @@ class WholeDatasetToDevice(Rule):
         loader's when it is built inside `DataLoader(TensorDataset(...))`."""
         for ancestor in reversed(self.ctx.ancestors[:-1]):
             if isinstance(ancestor, cst.Call):
-                if self.ctx.qualify(ancestor.func) in _DATA_LOADERS:
+                if self.ctx.qualify(ancestor.func) in DATA_LOADERS:
                     return frozenset({"<loader>", *self._targets(ancestor)})
                 break
         return self._targets(dataset)
