@@ -210,3 +210,27 @@ def test_an_edited_tool_memlint_applies_on_the_next_flake8_run_in_the_same_proce
         flake8_main(["--isolated", "-j", "1", "--select=MEM", f"--format={FORMAT}", "train.py"])
         shown.append(positions(capsys.readouterr().out.splitlines()))
     assert shown == [[("train.py", 2, 9, "MEM007")], []]
+
+
+def test_a_stale_second_registration_does_not_print_findings_twice(tmp_path):
+    """CI's machine kept an install of this project under its old name
+    (`memlint`), whose entry point names the same checker: flake8 then runs it
+    twice per file. Each finding must still be printed once."""
+    stale = tmp_path / "site" / "memlint-0.1.dist-info"
+    stale.mkdir(parents=True)
+    (stale / "METADATA").write_text("Metadata-Version: 2.1\nName: memlint\nVersion: 0.1\n")
+    (stale / "entry_points.txt").write_text(
+        "[flake8.extension]\nMEM = memlint.cli.flake8_plugin:MemlintChecker\n")
+    source = tmp_path / "train.py"
+    source.write_text("import torch\n\nstate = torch.load(path)\n")
+    environment = {**os.environ,
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "site"),
+                                                               os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [sys.executable, "-m", "flake8", "--isolated", f"--format={FORMAT}", str(source)],
+        capture_output=True, text=True, cwd=tmp_path, env=environment, check=False)
+    assert "Traceback" not in result.stderr, result.stderr
+    registered = subprocess.run([sys.executable, "-m", "flake8", "--version"], capture_output=True,
+                                text=True, env=environment, check=True).stdout
+    assert registered.count("memlint") == 2, registered   # the stale registration is seen
+    assert positions(result.stdout.splitlines()) == [(str(source), 3, 9, "MEM007")]

@@ -35,7 +35,14 @@ class MemlintChecker:
     #: set from flake8's options once per run, in `parse_options`
     honour_memlint_noqa = True
 
+    #: the tree of the file last checked. flake8 hands every registered tree
+    #: plugin the same tree object; an environment where two distributions
+    #: register this checker (a stale install of the project under its old name)
+    #: would otherwise print every finding twice.
+    _last_tree: ast.AST | None = None
+
     def __init__(self, tree: ast.AST, lines: Sequence[str], filename: str) -> None:
+        self.tree = tree
         self.lines = lines
         self.filename = filename
 
@@ -49,6 +56,9 @@ class MemlintChecker:
         _settings_of_folder.cache_clear()
 
     def run(self) -> Iterator[_Result]:
+        if self.tree is not None and self.tree is MemlintChecker._last_tree:
+            return
+        MemlintChecker._last_tree = self.tree
         settings = _settings_for(self.filename)
         if isinstance(settings, ConfigError):
             yield (1, 0, f"{SYNTAX_ERROR_CODE} memlint configuration error: {settings}", type(self))
