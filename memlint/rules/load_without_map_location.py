@@ -470,10 +470,12 @@ def _holds_arguments(node: cst.BaseExpression) -> bool:
     return name is not None and name.rsplit(".", 1)[-1] in _ARGUMENTS
 
 
-def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str]) -> bool:
+def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str],
+                      expanding: tuple[cst.CSTNode, ...] = ()) -> bool:
     """`model.cpu().state_dict()`, `x.cpu()`, `{k: v.cpu() ...}`, or a name
     bound to such a value, to a CPU tensor factory without a device, or to a
-    model built here (`NeuralNetwork()`) and not moved to a GPU before."""
+    model built here (`NeuralNetwork()`) and not moved to a GPU before.
+    `expanding`: the bound values being looked into, outermost first."""
     root = node
     while isinstance(root, cst.Call) and isinstance(root.func, cst.Attribute) \
             and root.func.attr.value in ("state_dict", "detach", "clone"):
@@ -503,9 +505,10 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str]) -> 
         if isinstance(built, cst.Call) and call_arg(built, "device") is None \
                 and _BUILT_CLASS.fullmatch((dotted_name(built.func) or "").rsplit(".", 1)[-1]):
             return True
-    node = ctx.resolve(node)
+    node = _resolve_outside(node, ctx, expanding)
+    expanding = (*expanding, node)
     if isinstance(node, cst.DictComp):
-        return _saves_cpu_values(node.value, ctx, moved_to_gpu)
+        return _saves_cpu_values(node.value, ctx, moved_to_gpu, expanding)
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         method = node.func.attr.value
         if method == "cpu":
@@ -526,5 +529,20 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str]) -> 
             return True  # `torch.arange(4)`, `torch.randn(3)`: made on the CPU
     if isinstance(node, (cst.Dict, cst.List, cst.Tuple)):
         values = [e.value for e in node.elements if isinstance(e, (cst.DictElement, cst.Element))]
-        return bool(values) and all(_saves_cpu_values(v, ctx, moved_to_gpu) for v in values)
+        return bool(values) and all(_saves_cpu_values(v, ctx, moved_to_gpu, expanding)
+                                    for v in values)
     return False
+
+
+def _resolve_outside(node: cst.BaseExpression, ctx, expanding: tuple[cst.CSTNode, ...],
+                     ) -> cst.BaseExpression:
+    """`ctx.resolve(node)`, except that a name met inside the value it is being
+    rebound to (`state = {"model": state, "opt": ...}`) means the value it had
+    before that binding, not the binding itself (which would never end)."""
+    name = dotted_name(node)
+    site = ctx.binding_site(name) if name is not None else None
+    if site is None or site.value not in expanding:
+        return ctx.resolve(node)
+    while site is not None and site.value in expanding:
+        site = site.previous
+    return node if site is None else ctx.resolve(site.value)
