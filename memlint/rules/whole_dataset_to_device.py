@@ -262,8 +262,11 @@ class WholeDatasetToDevice(Rule):
             return
         if self._in_module_constructor():
             return  # a model's own tensors (an index table, a mask) live with it on the GPU
+        if self._fed_to_a_model(node):
+            return  # `model(X_test.to(device))`: the batch is the split, and the copy a temporary
         evidence = self._evidence(source)
-        whole = evidence == STRONG or (evidence == WEAK and self._at_setup_level())
+        whole = evidence == STRONG or (evidence == WEAK and self._at_setup_level()
+                                       and not self._from_a_parameter(source))
         targets = self._targets(node)
         if not whole and evidence != NONE:
             parameter = self._parameter_moved(source)
@@ -297,7 +300,7 @@ class WholeDatasetToDevice(Rule):
         fed = {prefix for arg in node.args for name in [dotted_name(arg.value)] if name
                for prefix in _prefixes(name)}
         if fed and self._is_model(func):
-            self._fed_whole.append((self.ctx.function or self.ctx.scopes[0].node, fed))
+            self._fed_whole.append((self._step_unit(), fed))
 
     def _helper_call(self, node: cst.Call, helper: str, parameter: str, position: int) -> None:
         """`train_data = batchify(corpus.train, bsz)` where batchify returns `data.to(device)`."""
@@ -409,14 +412,61 @@ class WholeDatasetToDevice(Rule):
         with them (`model(features, adj)` and `labels[idx_train]` in `train()`)."""
         moved = {target for move in self._moves for target in move.targets}
         names: set[str] = set()
-        steps: set[cst.FunctionDef] = set()
+        steps: set[cst.CSTNode] = set()
         for unit, fed in self._fed_whole:
             if fed & moved:
                 names |= fed
-                if isinstance(unit, cst.FunctionDef) and unit not in steps:
+                if isinstance(unit, (cst.FunctionDef, cst.SimpleStatementLine)) and unit not in steps:
                     steps.add(unit)
                     names |= _names_used(unit)
         return names
+
+    def _step_unit(self) -> cst.CSTNode:
+        """Where the names used with a model call are looked for: its function
+        (one training step), else its statement at the top level
+        (`loss = loss_fn(model(X_train), y_train)` in a notebook's epoch loop)."""
+        if self.ctx.function is not None:
+            return self.ctx.function
+        return self.statement() or self.ctx.scopes[0].node
+
+    def _fed_to_a_model(self, move: cst.Call) -> bool:
+        """`model(X_test.to(device))`: the moved copy is an argument of a forward
+        (its methods applied first, `model(torch.tensor(X).float().cuda())`): fed
+        whole, the data set is that forward's batch, and the copy is freed with
+        the statement (full-batch use, as for a bound name fed whole)."""
+        ancestors = self.ctx.ancestors
+        i = len(ancestors) - 2  # the move is ancestors[-1]
+        while i > 0 and isinstance(ancestors[i], cst.Attribute) \
+                and isinstance(ancestors[i - 1], cst.Call) and ancestors[i - 1].func is ancestors[i]:
+            i -= 2  # `.float()` applied to the moved copy
+        return i > 0 and isinstance(ancestors[i], cst.Arg) \
+            and isinstance(ancestors[i - 1], cst.Call) and self._is_model(ancestors[i - 1].func)
+
+    def _from_a_parameter(self, source: cst.BaseExpression) -> bool:
+        """Whether `source` is what the enclosing function (or method) was handed
+        (`data_dict["x"]` in `preprocess(self, data_dict)`): one batch or the
+        whole set, which only its callers show; a data-like name alone does not
+        tell. A class's `__init__` is left out: a data set is handed to its
+        constructor (`Frames(data)`) once."""
+        function = self.ctx.function
+        if function is None or function.name.value == "__init__":
+            return False
+        node = source
+        for _ in range(12):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                    and not (self.ctx.qualify(node.func) or "").startswith("torch."):
+                node = node.func.value  # a method of the data returns the data
+            elif isinstance(node, cst.Call) and node.args \
+                    and self.ctx.qualify(node.func) in _SAME_DATA_CALLS:
+                node = node.args[0].value
+            elif isinstance(node, (cst.Subscript, cst.Attribute)):
+                node = node.value
+            else:
+                break
+        if not isinstance(node, cst.Name) or node.value in ("self", "cls") \
+                or self.ctx.binding(node.value) is not None:
+            return False  # `self.data`: the object's own, set where it was built
+        return self._is_parameter(node.value)
 
     def _in_module_constructor(self) -> bool:
         """In `__init__` of a `torch.nn.Module` subclass (not a Dataset's)."""
@@ -440,11 +490,17 @@ class WholeDatasetToDevice(Rule):
             return frozenset()
         names: set[str] = set()
         for small in statement.body:
-            if isinstance(small, (cst.Assign, cst.AnnAssign)) and small.value is not None \
-                    and _chains_to(small.value, call):
-                targets = small.targets if isinstance(small, cst.Assign) else [small]
+            if not isinstance(small, (cst.Assign, cst.AnnAssign)) or small.value is None:
+                continue
+            targets = small.targets if isinstance(small, cst.Assign) else [small]
+            if _chains_to(small.value, call):
                 for target in targets:
                     names.update(_target_names(target.target))
+                continue
+            for target in targets:  # `X_train, y_train = X_train.to(dev), y_train.to(dev)`
+                paired = _paired_target(target.target, small.value, call)
+                if paired is not None:
+                    names.update(_target_names(paired))
         return frozenset(names)
 
     def _parameter_position(self, name: str) -> int | None:
@@ -780,6 +836,19 @@ def _prefixes(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
 
 
+def _paired_target(target: cst.BaseExpression, value: cst.BaseExpression,
+                   call: cst.Call) -> cst.BaseExpression | None:
+    """In `a, b = x.cuda(), y.cuda()`, the target that `call`'s element of the
+    value tuple is assigned to."""
+    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, (cst.Tuple, cst.List)) \
+            or len(target.elements) != len(value.elements):
+        return None
+    for target_element, value_element in zip(target.elements, value.elements):
+        if isinstance(value_element, cst.Element) and _chains_to(value_element.value, call):
+            return target_element.value
+    return None
+
+
 def _target_names(target: cst.BaseExpression) -> list[str]:
     if isinstance(target, (cst.Tuple, cst.List)):
         return [n for element in target.elements for n in _target_names(element.value)]
@@ -787,10 +856,10 @@ def _target_names(target: cst.BaseExpression) -> list[str]:
     return [name] if name else []
 
 
-def _names_used(function: cst.FunctionDef) -> set[str]:
-    """Every name and dotted name read or written in a function."""
+def _names_used(unit: cst.FunctionDef | cst.SimpleStatementLine) -> set[str]:
+    """Every name and dotted name read or written in a function or a statement."""
     found: set[str] = set()
-    stack: list[cst.CSTNode] = [function.body]
+    stack: list[cst.CSTNode] = [unit.body] if isinstance(unit, cst.FunctionDef) else [unit]
     while stack:
         current = stack.pop()
         name = dotted_name(current) if isinstance(current, (cst.Name, cst.Attribute)) else None
