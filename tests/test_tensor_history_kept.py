@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from memlint import Settings, check_paths, check_source
 
 ONLY_MEM003 = Settings(select=("MEM003",))
@@ -59,3 +61,41 @@ def test_a_project_that_never_uses_cuda_is_not_reported(tmp_path):
     (tmp_path / "cpu_train.py").write_text(
         (tmp_path / "cpu_train.py").read_text().replace("Linear(4, 1)", "Linear(4, 1).cuda()"))
     assert findings(tmp_path) == [("cpu_train.py", 8)]
+
+
+_KEPT = ("import torch\ndevice = 'cuda'\n{built}\n{placed}\ntotal = 0\n"
+         "for x, y in loader:\n    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+         "    total += loss\n    loss.backward()\n")
+
+
+def _kept(built: str, placed: str = "") -> bool:
+    source = _KEPT.format(built=built, placed=placed)
+    return [f.line for f in check_source(source, "train.py", ONLY_MEM003)] == [8]
+
+
+
+
+
+@pytest.mark.parametrize("built, placed, reported", [
+    ("model = torch.nn.Linear(4, 1)", "", False),                      # built here, never moved
+    ("model = torch.nn.Linear(4, 1)", "model.to('cpu')", False),       # put on the CPU
+    ("model = torch.nn.Linear(4, 1).cpu()", "", False),
+    ("model = torch.nn.Linear(4, 1)", "model.to(torch.float64)", False),  # a dtype: not a move
+    ("model = torch.nn.Linear(4, 1)", "model.cuda()", True),
+    ("model = torch.nn.Linear(4, 1)", "model.to(device)", True),
+    ("model = torch.nn.Linear(4, 1).to(device)", "", True),
+    ("model = torch.nn.Linear(4, 1).cuda()", "model.to('cpu')", False),  # the last move counts
+    ("model = torch.nn.Linear(4, 1, device='cuda')", "", True),
+    ("model = torch.nn.Linear(4, 1)", "model.to(some_device)", True),   # cannot tell: checked
+    ("model = load_model(path)", "", True),                             # made elsewhere
+])
+def test_history_kept_by_a_model_on_the_cpu_is_host_memory(built, placed, reported):
+    assert _kept(built, placed) is reported
+
+
+def test_a_model_handed_in_is_checked_wherever_it_was_built():
+    source = ("import torch\ndef fit(model, loader):\n    total = 0\n    for x, y in loader:\n"
+              "        loss = torch.nn.functional.mse_loss(model(x), y)\n        total += loss\n"
+              "        loss.backward()\n    return total\n"
+              "net = torch.nn.Linear(4, 1).cuda()\n")
+    assert [f.line for f in check_source(source, "train.py", ONLY_MEM003)] == [6]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 import libcst as cst
 
 from memlint.analysis.context import BindingSite, Context
+from memlint.analysis.devices import ModelPlacements
 from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.names import dotted_name
 from memlint.analysis.walker import children as children_of
@@ -38,11 +39,14 @@ class Value:
     fix is `.item()` rather than `.detach()`. `waits`: calls of same-module
     functions not walked yet, as `(function, position in its returned tuple
     or None, what the callee's name alone says)`; the value has history if one
-    of them returns some (see `AutogradValues.settled`)."""
+    of them returns some (see `AutogradValues.settled`). `host`: the history
+    is in host memory, every model whose forward made it known to be on the CPU
+    there (see `devices.ModelPlacements`)."""
 
     history: bool | None
     scalar: bool = False
     waits: frozenset[tuple[str, int | None, Value]] = frozenset()
+    host: bool = False
 
 
 HISTORY_TENSOR = Value(True)
@@ -96,6 +100,7 @@ class AutogradValues:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.placements = ctx.shared(ModelPlacements)
         self._returns: dict[str, list[Value]] = {}
         self._return_elements: dict[str, list[list[Value]]] = {}
         #: names brought by relative imports (`from .ch05 import evaluate_model`),
@@ -296,7 +301,7 @@ class AutogradValues:
         value = self._trace(node.value, seen, depth)
         if (value.history or value.waits) and "loss" in attr.lower():
             # `outputs.loss` of a model's output object
-            return HISTORY_SCALAR if value.history else replace(value, scalar=True)
+            return replace(value, scalar=True)
         return value
 
     def _trace_subscript(self, node: cst.Subscript, seen: set[int], depth: int) -> Value:
@@ -306,8 +311,8 @@ class AutogradValues:
         value = self._trace(node.value, seen, depth)
         key = _literal_key(node)
         if key is not None and "loss" in key.lower() and (value.history or value.waits):
-            return HISTORY_SCALAR if value.history else replace(value, scalar=True)
-        return Value(value.history) if value.history else value
+            return replace(value, scalar=True)
+        return Value(True, host=value.host) if value.history else value
 
     def _trace_comprehension(self, node, seen: set[int], depth: int) -> Value:
         value = self._trace(node.elt, seen, depth)
@@ -324,7 +329,7 @@ class AutogradValues:
         if self._returns_values_indices(source):
             return self._trace_call(source, seen, depth) if index == 0 else CLEAN
         callee = self._callee_kind(source.func)
-        guess = {"module": HISTORY_TENSOR, "other": CLEAN,
+        guess = {"module": self._forward_result(source.func), "other": CLEAN,
                  "loss": HISTORY_SCALAR if index == 0 else UNKNOWN}.get(callee, UNKNOWN)
         later = self._not_walked_yet(source.func)
         if later is not None:
@@ -354,7 +359,7 @@ class AutogradValues:
             if learnt is not None:
                 return _combine(learnt, scalar_if_all=True)
         if callee == "module":
-            guess = HISTORY_TENSOR
+            guess = self._forward_result(func)
         elif callee == "loss":
             guess = _loss_result([self._trace(a, seen, depth) for a in args])
         elif callee == "other":
@@ -394,13 +399,18 @@ class AutogradValues:
                 method == "__call__":
             receiver = self._trace(func.value, seen, depth)
             if method == "forward" and self._callee_kind(func.value) == "module":
-                return HISTORY_TENSOR
+                return self._forward_result(func.value)
             return replace(receiver, scalar=False)
         receiver = self._trace(func.value, seen, depth)
         reduces = method in _REDUCTIONS and not node.args
         if not receiver.history:
             return replace(receiver, scalar=True) if receiver.waits and reduces else receiver
-        return Value(True, scalar=receiver.scalar or reduces)
+        return Value(True, scalar=receiver.scalar or reduces, host=receiver.host)
+
+    def _forward_result(self, model: cst.BaseExpression) -> Value:
+        """What a module's forward returns: history, in host memory where the
+        model is known to be on the CPU at this point."""
+        return Value(True, host=True) if self.placements.on_host(model) else HISTORY_TENSOR
 
     def _returns_values_indices(self, node: cst.BaseExpression) -> bool:
         """`torch.max(x, 1)`, `out.topk(5)`, `x.max(dim=1)`: a (values, indices) pair."""
@@ -814,7 +824,7 @@ def _combine(values: list[Value], scalar_if_all: bool = False) -> Value:
     with_history = [v for v in values if v.history]
     if with_history:
         scalar = scalar_if_all and all(v.scalar or not v.history for v in values)
-        return Value(True, scalar=scalar)
+        return Value(True, scalar=scalar, host=all(v.host for v in with_history))
     waits = frozenset().union(*(v.waits for v in values))
     if values and all(v.history is False for v in values):
         return Value(False, waits=waits) if waits else CLEAN
@@ -829,6 +839,9 @@ def _loss_result(arguments: list[Value]) -> Value:
     if arguments and arguments[0].history is False \
             and not any(v.history is True for v in arguments):
         return CLEAN
+    with_history = [v for v in arguments if v.history]
+    if with_history and all(v.host for v in with_history):
+        return Value(True, scalar=True, host=True)  # the loss of a forward on the CPU
     return HISTORY_SCALAR
 
 

@@ -13,6 +13,8 @@ import re
 import libcst as cst
 
 from memlint.analysis.context import Context
+from memlint.analysis.models import built_kind
+from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import FactCollector
 
@@ -166,3 +168,78 @@ def creates_on_cuda(call: cst.Call, ctx: Context) -> bool:
         return False
     device = call_arg(call, "device")
     return device is not None and is_cuda_device(device.value, ctx) is True
+
+
+class ModelPlacements:
+    """Where each model built in a scope was last put, in the order the code
+    runs: `model = Net()` then `model.to("cpu")`, `model.cuda()`, `model =
+    model.to(device)`. Lets a rule tell a forward whose graph lives in host
+    memory (a notebook's "train on the CPU" cell, a model not moved yet) from
+    one on a GPU. A walker analysis (`ctx.shared(ModelPlacements)`)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.index = ModuleIndex.of(ctx)
+        #: (scope node, name) -> True (a CUDA device), False (the CPU), None (unknown)
+        self._moves: dict[tuple[int, str], bool | None] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if type(func) is not cst.Attribute or func.attr.value not in ("to", "cuda", "cpu"):
+            return
+        name = dotted_name(func.value)
+        if name is not None:
+            self._moves[(id(self.ctx.scope.node), name)] = _moved_onto_cuda(node, self.ctx)
+
+    def on_host(self, model: cst.BaseExpression) -> bool:
+        """Whether the model `model` names was built in the current scope and is
+        on the CPU here: built without a device and never moved since, or last
+        moved to the CPU. False when it cannot be told (a parameter, an
+        attribute set elsewhere, a move to a device of unknown kind)."""
+        name = dotted_name(model)
+        scope = self.ctx.scope
+        if name is None or name not in scope.bindings:
+            return False
+        moved = self._moves.get((id(scope.node), name), _UNMOVED)
+        if moved is not _UNMOVED:
+            return moved is False
+        built = scope.bindings[name]
+        while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
+                and built.func.attr.value in _MODEL_CHAIN:
+            if built.func.attr.value in ("to", "cuda", "cpu"):
+                return _moved_onto_cuda(built, self.ctx) is False
+            built = built.func.value
+        if not isinstance(built, cst.Call) or call_arg(built, "device") is not None \
+                or creates_on_cuda(built, self.ctx):
+            return False
+        # a class built here, not a factory (`load_model(p)`, `from_pretrained`) that may place it
+        constructor = (dotted_name(built.func) or "").rsplit(".", 1)[-1]
+        return self._module_class(built.func) or (
+            constructor[:1].isupper() and built_kind(built, self.ctx) == "module")
+
+    def _module_class(self, func: cst.BaseExpression) -> bool:
+        """`FashionMNISTModelV0(...)` where this module defines that class on `nn.Module`."""
+        info = self.index.local_class(func)
+        return info is not None and any(
+            (self.ctx.qualify(base) or "").startswith("torch.nn.")
+            for ancestor in self.index.lineage(info.name) for base in ancestor.bases)
+
+
+_UNMOVED = object()
+#: what `Net().eval().to(device)` may chain onto a model it builds
+_MODEL_CHAIN = ("to", "cuda", "cpu", "eval", "train", "float", "double", "half")
+
+
+def _moved_onto_cuda(call: cst.Call, ctx: Context) -> bool | None:
+    """For `x.cuda()`, `x.cpu()`, `x.to(...)`: True onto a CUDA device, False
+    onto the CPU or not a move at all (`x.to(torch.float64)`), None unknown."""
+    method = call.func.attr.value
+    if method in ("cuda", "cpu"):
+        return method == "cuda"
+    target = call_arg(call, "device", position=0)
+    if target is None:
+        return False  # `x.to(other_tensor)` is rare; `x.to(dtype=...)` stays put
+    qualified = ctx.qualify(target.value) or ""
+    if qualified.startswith("torch.") and not qualified.startswith("torch.device"):
+        return False  # a dtype: the model stays where it was
+    return is_cuda_device(target.value, ctx)

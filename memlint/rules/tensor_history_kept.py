@@ -397,6 +397,8 @@ class TensorHistoryKept(Rule):
         value = self.values.value_of(stored)
         if not value.history and not value.waits:
             return
+        if value.host:
+            return  # a forward on the CPU: the graphs kept are in host memory, not on a GPU
         local = isinstance(self.ctx.scope.node, cst.FunctionDef) and "." not in owner and \
             owner in self.ctx.scope.bindings
         self.frames[-1].stores.append(_Store(node, self.statement(), stored, value, container,
