@@ -9,6 +9,7 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import (AUTOGRAD_ENTRY, BACKWARD_METHODS, AutogradValues,
                                               BackwardFlows, Value, names_in)
+from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
 from memlint.analysis.project import (Condition, Either, FactCollector,
                                       UnlessImportedFunctionsKeepNoHistory, UnlessProjectOnCpu)
@@ -223,6 +224,7 @@ class TensorHistoryKept(Rule):
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
         self.values = AutogradValues(ctx)
+        self.index = ModuleIndex.of(ctx)
         self.frames: list[_Frame] = []
         self.pending: list[tuple[_Frame, _Store]] = []
         self.module: cst.Module | None = None
@@ -261,6 +263,8 @@ class TensorHistoryKept(Rule):
             value = self.values.settled(store.value)
             if not value.history:
                 continue  # e.g. a helper defined further down returns floats
+            if self._grad_off_by_callers(frame):
+                continue  # every caller here runs it under no_grad: nothing had history
             if store.local and not any(map(self._across_batches, store.outlived)):
                 continue  # one call's terms (time steps, feature levels), freed with the call
             judged.append((frame, store, value))
@@ -281,6 +285,13 @@ class TensorHistoryKept(Rule):
                 continue
             self.report(store.node, _message(store.stored, value, _code(store.target), store.verb),
                         store.statement, self._unless(store.value), fix=_detach(store, frame))
+
+    def _grad_off_by_callers(self, frame: _Frame) -> bool:
+        """`eval_one_batch(...)` whose every call in this module is under
+        `torch.no_grad()` (or in a function of which that holds): its values
+        carry no history, whatever its own body says."""
+        info = self.index.info(frame.node) if isinstance(frame.node, cst.FunctionDef) else None
+        return info is not None and self.index.grad_disabled_by_callers(info)
 
     def _unless(self, value: Value) -> Condition:
         """A CPU-only project keeps no GPU memory; a value whose history only
