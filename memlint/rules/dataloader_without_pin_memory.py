@@ -27,6 +27,8 @@ _COLLATE_POSITION = 6
 _PARTIAL = {"functools.partial"}
 _INDEX_RANGES = {"range", "numpy.arange", "torch.arange"}
 _TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
+#: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
+_LOOKS = {"print", "len", "str", "repr", "type", "display"}
 #: Libraries whose data sets give host tensors.
 _HOST_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.",
                   "datasets.load_dataset")
@@ -173,7 +175,8 @@ class DataLoaderWithoutPinMemory(Rule):
         #: Dataset classes of this module whose `__init__` puts the data on a GPU
         self.gpu_dataset_classes: set[str] = set()
         self.flows = ValueFlows.of(ctx)  # where the batches of each loop go
-        self.single_batch_reads: Counter[str] = Counter()  # `next(iter(loader))` at the top level
+        #: `next(iter(loader))` at the top level, by name (and owner: None)
+        self.single_batch_reads: Counter[tuple[str | None, cst.FunctionDef | None]] = Counter()
         #: names handed to a call (`fit(model, loader)`), each with the
         #: function it is a local variable of (None: a global, an attribute)
         self.passed_names: set[tuple[str, cst.FunctionDef | None]] = set()
@@ -181,12 +184,42 @@ class DataLoaderWithoutPinMemory(Rule):
         #: how often each identifier is read or written in the module, to tell a
         #: loader that is never used again
         self.identifiers: Counter[str] = Counter()
+        #: the same for plain names, by the function each is local to (None: a
+        #: global): a parameter that shares a global loader's name is another name
+        self.uses: Counter[tuple[str, cst.FunctionDef | None]] = Counter()
         self.copies_to_cuda = False
         self.first_copy: cst.Call | None = None  # the evidence, for related locations
         self.copies_non_blocking = False
 
     def visit_Name(self, node: cst.Name) -> None:
+        if self._only_looked_at(node):
+            return
         self.identifiers[node.value] += 1
+        owner = None
+        if self.ctx.function is not None:
+            binds_here = isinstance(self.ctx.parent, cst.AssignTarget)  # local from here on
+            owner = self.ctx.function if binds_here else local_owner(self.ctx, node.value)
+        self.uses[(node.value, owner)] += 1
+
+    def _only_looked_at(self, node: cst.Name) -> bool:
+        """`len(loader)`, `print(loader)`, a notebook cell ending in `loader`:
+        shown, not iterated; and a parameter's name in a `def` or a keyword
+        argument, which is not the variable of that name outside."""
+        ancestors = self.ctx.ancestors
+        parent = ancestors[-2] if len(ancestors) > 1 else None
+        if isinstance(parent, (cst.Arg, cst.Param)) and (parent.keyword if isinstance(
+                parent, cst.Arg) else parent.name) is node:
+            return True  # `train(loader=other)`, `def train(loader)`: a parameter's name
+        if isinstance(parent, cst.Element) and len(ancestors) > 3 \
+                and isinstance(ancestors[-3], cst.Tuple) and isinstance(ancestors[-4], cst.Expr):
+            return True  # a cell ending in `train_loader, test_loader`
+        if isinstance(parent, cst.Expr):
+            return True
+        if isinstance(parent, cst.Arg) and len(ancestors) > 2:
+            call = ancestors[-3]
+            return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) \
+                and call.func.value in _LOOKS and self.ctx.binding(call.func.value) is None
+        return False
 
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None:
@@ -197,7 +230,8 @@ class DataLoaderWithoutPinMemory(Rule):
             self.passed_names.update((name, local_owner(self.ctx, name)) for name in
                                      filter(None, (dotted_name(a.value) for a in node.args)))
         if _reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
-            self.single_batch_reads[iterated_name(node.args[0].value)] += 1
+            read = iterated_name(node.args[0].value)
+            self.single_batch_reads[(read, read and local_owner(self.ctx, read))] += 1
         if self.ctx.qualify(node.func) in DATA_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
@@ -315,16 +349,23 @@ class DataLoaderWithoutPinMemory(Rule):
         if verdicts:
             return (GPU if GPU in verdicts else UNKNOWN if UNKNOWN in verdicts else STAY,
                     handed_out)
-        reads = self.single_batch_reads.get(loader, 0)
+        reads = self.single_batch_reads.get((loader, owner), 0)
         # read once at the top level, and named nowhere else but where it is built
-        return (STAY if reads and self.identifiers[loader.rsplit(".", 1)[-1]] <= reads + 1
+        return (STAY if reads and self._uses_of(loader, loader, owner) <= reads + 1
                 else UNKNOWN), []
+
+    def _uses_of(self, name: str, assigned: str | None, owner: cst.FunctionDef | None) -> int:
+        """How often the loader bound to `assigned` is named: a plain name in
+        its own function (or at the top level), else `name` anywhere."""
+        if assigned is not None and "." not in assigned:
+            return self.uses[(assigned, owner)]
+        return self.identifiers[name.rsplit(".", 1)[-1]]
 
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
         for loader in self.unpinned:
             node, statement, written, target, dataset_class, escapes, assigned, owner, _ = loader
-            if target is not None and self.identifiers[target] <= 1:
+            if target is not None and self._uses_of(target, assigned, owner) <= 1:
                 continue  # built and never used: no batch of it is ever copied
             batches, handed_out = self._where_batches_go(assigned, owner)
             if batches == STAY and not handed_out:
