@@ -243,3 +243,76 @@ def _moved_onto_cuda(call: cst.Call, ctx: Context) -> bool | None:
     if qualified.startswith("torch.") and not qualified.startswith("torch.device"):
         return False  # a dtype: the model stays where it was
     return is_cuda_device(target.value, ctx)
+
+
+def made_on_cuda(value: cst.BaseExpression, ctx: Context) -> bool:
+    """`x.cuda()`, `x.to(device)`, `torch.tensor(x, device="cuda")`."""
+    return isinstance(value, cst.Call) and (moves_to_cuda(value, ctx) or creates_on_cuda(value, ctx))
+
+
+#: Methods whose result is on the device of the tensor they are called on.
+_SAME_DEVICE_METHODS = {"float", "double", "half", "long", "int", "bool", "view", "reshape",
+                        "contiguous", "clone", "detach", "squeeze", "unsqueeze", "flatten",
+                        "permute", "transpose", "t", "type_as"}
+
+
+class CudaReturns:
+    """What each function of the module returns, position by position: a
+    tensor made on a CUDA device there or not (`return x_train, x_test`
+    after `x_train = torch.tensor(..., device=device)`), so that a caller's
+    `x_train, x_test = load_data(device)` is known to be on the GPU. A walker
+    analysis (`ctx.shared(CudaReturns)`); functions defined before the use."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._returns: dict[str, list[tuple[bool, ...]]] = {}
+
+    def visit_Return(self, node: cst.Return) -> None:
+        function = self.ctx.function
+        if function is None or node.value is None:
+            return
+        value = node.value
+        parts = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+        self._returns.setdefault(function.name.value, []).append(
+            tuple(held_on_cuda(part, self.ctx) for part in parts))
+
+    def returns_on_cuda(self, call: cst.Call, index: int | None) -> bool:
+        """Whether every `return` of the same-module function `call` runs puts a
+        CUDA tensor at `index` of its tuple (None: the value returned)."""
+        if not isinstance(call.func, cst.Name) or self.ctx.binding(call.func.value) is not None:
+            return False
+        returns = self._returns.get(call.func.value)
+        position = 0 if index is None else index
+        return bool(returns) and all(
+            len(r) > position and r[position] and (index is not None or len(r) == 1)
+            for r in returns)
+
+
+def held_on_cuda(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool:
+    """Whether the code shows `value` is a tensor on a CUDA device: made there,
+    a part or a same-device method of one (`x[idx]`, `x.float()`), or a name
+    bound to one, also through a same-module function that returns it
+    (`x_train, x_test = load_data(device)`)."""
+    if depth > 8:
+        return False
+    if isinstance(value, cst.Subscript):
+        return held_on_cuda(value.value, ctx, depth + 1)
+    if isinstance(value, cst.Call):
+        if made_on_cuda(value, ctx):
+            return True
+        func = value.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _SAME_DEVICE_METHODS:
+            return held_on_cuda(func.value, ctx, depth + 1)
+        returns = ctx.analyses.get(CudaReturns)
+        return isinstance(returns, CudaReturns) and returns.returns_on_cuda(value, None)
+    name = dotted_name(value)
+    if name is None:
+        return False
+    site = ctx.binding_site(name)
+    if site is None:
+        return False
+    if site.unpacked_from is not None:
+        returns = ctx.analyses.get(CudaReturns)
+        return isinstance(site.unpacked_from, cst.Call) and isinstance(returns, CudaReturns) \
+            and returns.returns_on_cuda(site.unpacked_from, site.unpacked_index)
+    return site.value is not value and held_on_cuda(site.value, ctx, depth + 1)

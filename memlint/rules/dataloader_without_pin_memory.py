@@ -8,7 +8,8 @@ from typing import NamedTuple
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
-from memlint.analysis.devices import creates_on_cuda, is_cuda_device, moves_to_cuda
+from memlint.analysis.devices import (CudaReturns, creates_on_cuda, held_on_cuda, is_cuda_device,
+                                      moves_to_cuda)
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
                                     iterated_name, local_owner)
 from memlint.analysis.names import (DATA_LOADERS, call_arg, dotted_name, has_star_kwargs,
@@ -49,10 +50,6 @@ class _Loader(NamedTuple):
     assigned: str | None  # the name it is assigned to (`self.train_loader`)
     owner: cst.FunctionDef | None  # the function it is a local variable of
     host_dataset: bool  # its dataset is known to give host tensors (torchvision, TensorDataset)
-
-
-def _on_cuda(value: cst.BaseExpression, ctx) -> bool:
-    return isinstance(value, cst.Call) and (moves_to_cuda(value, ctx) or creates_on_cuda(value, ctx))
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -175,6 +172,7 @@ class DataLoaderWithoutPinMemory(Rule):
         #: Dataset classes of this module whose `__init__` puts the data on a GPU
         self.gpu_dataset_classes: set[str] = set()
         self.flows = ValueFlows.of(ctx)  # where the batches of each loop go
+        ctx.shared(CudaReturns)  # what the module's functions return on the GPU
         #: `next(iter(loader))` at the top level, by name (and owner: None)
         self.single_batch_reads: Counter[tuple[str | None, cst.FunctionDef | None]] = Counter()
         #: names handed to a call (`fit(model, loader)`), each with the
@@ -294,7 +292,7 @@ class DataLoaderWithoutPinMemory(Rule):
         if qualified in _INDEX_RANGES:
             return True
         if qualified in _TENSOR_DATASETS:
-            return any(_on_cuda(self.ctx.resolve(arg.value), self.ctx) for arg in dataset.args)
+            return any(held_on_cuda(arg.value, self.ctx) for arg in dataset.args)
         return False
 
     def _collate_moves_to_device(self, node: cst.Call) -> bool:
