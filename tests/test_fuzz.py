@@ -6,7 +6,8 @@ Properties, for every generated file next to good files:
   that is valid UTF-8 (and valid JSON for --format json);
 - bounded time (each file has a 10 s budget; a run must end well within 60 s);
 - the good files' findings are exactly what they are without the bad neighbour;
-- `check` never writes to the tree (names, bytes and modification times kept).
+- `check` never writes to the tree (names, bytes and modification times kept),
+  but its result cache in `.memlint_cache/`.
 
 Bounded for CI: about 60 examples in-process and 20 through the console script,
 well under a minute on 2 cores. For a longer run by hand, scale the examples:
@@ -32,6 +33,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from memlint import Settings
 from memlint.engine import Source, check_sources
+from memlint.engine.cache import CACHE_DIR_NAME
 from tests.expectations import fixture_files
 
 SCALE = int(os.environ.get("MEMLINT_FUZZ_SCALE", "1"))
@@ -137,7 +139,9 @@ def test_in_process_one_bad_file_never_costs_another_files_findings(alone, data,
 # -- through the console script --------------------------------------------------------------------
 
 def snapshot(root: Path) -> dict:
+    """Every file and its bytes and time, but the result cache's own folder."""
     return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
+            if CACHE_DIR_NAME not in p.relative_to(root).parts
             if p.is_file()}
 
 

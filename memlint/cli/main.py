@@ -18,6 +18,8 @@ from memlint import __version__
 from memlint.cli.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
                                 common_parent, find_pyproject, load_settings, parse_codes)
 from memlint.engine import Source, check_sources, discover_sources, size_limit
+from memlint.engine.cache import ResultCache, default_cache_dir
+from memlint.engine.cache import clean as clean_cache
 from memlint.engine.fixes import FileChanged, encode_like, fix_text, wanted, write_fixed
 from memlint.engine.notebook import cell_text, check_notebook_source, fix_notebook
 from memlint.engine.source import check_source, decode
@@ -139,12 +141,23 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the name of the file read from stdin: shown in findings, "
                             "used to find its config and per-file-ignores; a name ending in "
                             ".ipynb reads a notebook")
+    check.add_argument("--no-cache", action="store_true",
+                       help="analyse every file again, neither reading nor writing the cache")
+    check.add_argument("--cache-dir", metavar="PATH", default=os.environ.get("MEMLINT_CACHE_DIR"),
+                       help="where results are cached (default: .memlint_cache in the project "
+                            "root; also MEMLINT_CACHE_DIR)")
     config = check.add_mutually_exclusive_group()
     config.add_argument("--config", metavar="PYPROJECT",
                         help="read [tool.memlint] from this file instead of searching for one")
     config.add_argument("--no-config", action="store_true",
                         help="ignore every pyproject.toml; use the defaults and the flags")
 
+    clean = commands.add_parser("clean", help="remove the result cache",
+                                description="Remove the result cache (.memlint_cache in the "
+                                            "project root of the current directory, or "
+                                            "--cache-dir).")
+    clean.add_argument("--cache-dir", metavar="PATH", default=os.environ.get("MEMLINT_CACHE_DIR"),
+                       help="the cache to remove (default: .memlint_cache in the project root)")
     commands.add_parser("rules", help="list the rules: code, name, summary",
                         description="List the rules: code, name, summary.")
     rule = commands.add_parser("rule", help="print a rule's reference page",
@@ -169,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if options.command == "check":
             return _check(options)
+        if options.command == "clean":
+            return _clean(options)
         if options.command == "rules":
             return _list_rules()
         if options.command == "rule":
@@ -201,7 +216,9 @@ def _check(options: argparse.Namespace) -> int:
     stdin = _stdin_source(options, settings) if "-" in paths else None
     if stdin is not None:
         sources.append(stdin)
-    report = check_sources(sources, settings, jobs=options.jobs or None)
+    cache = None if options.no_cache else ResultCache(
+        options.cache_dir or default_cache_dir(settings), settings)
+    report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
     if options.diff:
         if output is not None:
             output.close()
@@ -210,7 +227,7 @@ def _check(options: argparse.Namespace) -> int:
     if options.fix:
         fixed, sources = _fix(report, sources, settings, options.unsafe_fixes)
         if fixed:  # what is left, where it now is
-            report = check_sources(sources, settings, jobs=options.jobs or None)
+            report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
     for error in report.errors:
         print(f"memlint: internal error while checking {display_path(error.path)}: "
               f"{error.message} (a memlint bug; the other files were checked)", file=sys.stderr)
@@ -240,6 +257,15 @@ def _check(options: argparse.Namespace) -> int:
         return EXIT_ERROR
     if not options.exit_zero and any(settings.fails(f.severity) for f in report.findings):
         return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
+def _clean(options: argparse.Namespace) -> int:
+    folder = options.cache_dir or default_cache_dir(load_settings(find_pyproject(os.getcwd())))
+    if clean_cache(folder):
+        _write(f"Removed {display_path(str(folder))}\n")
+    else:
+        _write(f"No memlint cache at {display_path(str(folder))}\n")
     return EXIT_CLEAN
 
 

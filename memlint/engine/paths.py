@@ -10,6 +10,7 @@ from functools import partial
 from typing import NamedTuple
 
 from memlint.analysis.project import ModuleFacts, Project, module_name
+from memlint.engine.cache import ResultCache
 from memlint.engine.isolation import Budget, Failure, run_supervised
 from memlint.engine.notebook import analyse_notebook_source
 from memlint.engine.settings import Settings
@@ -30,6 +31,8 @@ class Report:
     findings: list[Finding] = field(default_factory=list)
     errors: list[InternalError] = field(default_factory=list)
     files: int = 0
+    #: files answered from the result cache, not analysed again
+    cached: int = 0
 
 
 @dataclass(frozen=True)
@@ -152,14 +155,33 @@ def discover_sources(paths: Iterable[str], settings: Settings) -> list[Source]:
 
 
 def check_sources(sources: Sequence[Source], settings: Settings,
-                  jobs: int | None = None) -> Report:
+                  jobs: int | None = None, cache: ResultCache | None = None) -> Report:
     """Check files in supervised worker processes (see `isolation`): a file that
     crashes, hangs or swamps its worker is one MEM000 finding, the others are
-    checked as if it were not there. `jobs` is capped at the CPUs and the files."""
+    checked as if it were not there. `jobs` is capped at the CPUs and the files.
+    With a `cache`, a file whose bytes it knows is not analysed again (the
+    project's verdict is settled afresh either way)."""
     report = Report(files=len(sources))
     budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
-    outcomes = run_supervised(partial(_check_one, settings=settings), sources,
-                              useful_jobs(jobs, len(sources)), budget)
+    outcomes: list[FileResult | Failure | None] = [None] * len(sources)
+    keys: dict[int, tuple[str, str, bytes]] = {}
+    if cache is not None:
+        for index, source in enumerate(sources):
+            key = _cache_key(source, settings)
+            if key is not None:
+                keys[index] = key
+                outcomes[index] = cache.get(*key)
+    missing = [i for i, outcome in enumerate(outcomes) if outcome is None]
+    report.cached = len(sources) - len(missing)
+    tasks = [Source(sources[i].path, keys[i][2], sources[i].root) if i in keys else sources[i]
+             for i in missing]  # the bytes already read travel with the task
+    fresh = run_supervised(partial(_check_one, settings=settings), tasks,
+                           useful_jobs(jobs, len(tasks)), budget) if tasks else []
+    for index, outcome in zip(missing, fresh):
+        outcomes[index] = outcome
+        if cache is not None and index in keys and isinstance(outcome, FileResult) \
+                and outcome.error is None:
+            cache.put(*keys[index], outcome)
     findings: list[Finding] = []
     facts: list[ModuleFacts | None] = []
     for source, outcome in zip(sources, outcomes):
@@ -177,6 +199,21 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     report.findings = Project(facts, look_around=not whole_trees).settle(findings)
     report.errors.sort(key=lambda e: e.path)
     return report
+
+
+def _cache_key(source: Source, settings: Settings) -> tuple[str, str, bytes] | None:
+    """(path, module name, bytes) of a file the cache can answer for; None for
+    one that cannot be read here (its worker reports why)."""
+    data = source.data
+    if data is None:
+        limit = settings.max_file_size_mb
+        if limit is not None and source.path.endswith(NOTEBOOK_SUFFIX):
+            limit *= NOTEBOOK_SIZE_FACTOR
+        try:
+            data = read_regular_file(source.path, limit)
+        except (Unreadable, OSError):
+            return None
+    return source.path, module_name(source.path, source.root), data
 
 
 def useful_jobs(jobs: int | None, files: int) -> int:

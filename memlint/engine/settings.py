@@ -14,7 +14,7 @@ from memlint.rules import ALL_CODES, SEVERITIES, SEVERITY_BY_CODE, SYNTAX_ERROR_
 DEFAULT_EXCLUDES = (".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", ".env",
                     "env", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
                     "build", "dist", "site-packages", "node_modules", ".eggs", "*.egg-info",
-                    ".ipynb_checkpoints")
+                    ".ipynb_checkpoints", ".memlint_cache")
 
 
 @dataclass(frozen=True)
