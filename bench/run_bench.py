@@ -151,21 +151,32 @@ def time_per_file(files: list[str], settings: Settings) -> list[dict]:
     return rows
 
 
+#: Commands run as an installed tool runs: with its bytecode compiled and kept
+#: (a shell with PYTHONDONTWRITEBYTECODE would make every memlint process
+#: compile memlint from source, which no user's install does)
+_TOOL_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def time_command(command: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
     """Wall seconds, CPU seconds of the command and all its child processes, result."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=_TOOL_ENV)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu, done
 
 
-def memlint_command(jobs: int, root: str) -> list[str]:
-    """The CLI if it exists; else the library behind it, in a fresh process alike."""
+def memlint_command(jobs: int, root: str, cache_dir: str | None = None) -> list[str]:
+    """The CLI if it exists; else the library behind it, in a fresh process alike.
+    Cold (`--no-cache`) unless given a cache folder, where the CLI has a cache."""
     if (REPO / "memlint" / "__main__.py").exists():
-        return [sys.executable, "-m", "memlint", "check", f"-j{jobs}", root]
+        caching = []
+        if (REPO / "memlint" / "engine" / "cache.py").exists():
+            caching = ["--no-cache"] if cache_dir is None else ["--cache-dir", cache_dir]
+        return [sys.executable, "-m", "memlint", "check", f"-j{jobs}", *caching, root]
     script = ("import sys; from memlint import check_paths; "
               "r = check_paths([sys.argv[1]], jobs=int(sys.argv[2])); "
               "print('\\n'.join(f'{f.path}:{f.line}: {f.code}' for f in r.findings))")
@@ -179,6 +190,17 @@ def startup_seconds() -> float:
         with open(path, "w") as handle:
             handle.write("import torch\n")
         return min(time_command(memlint_command(1, path))[1] for _ in range(3))
+
+
+def import_libcst_seconds() -> float:
+    """CPU seconds of `python -c "import libcst"`: the start-up's reference."""
+    return min(time_command([sys.executable, "-c", "import libcst"])[1] for _ in range(3))
+
+
+def ruff_command(root: str) -> list[str] | None:
+    """`ruff check --no-cache` on the same files (its default rules), if ruff is installed."""
+    ruff = shutil.which("ruff") or shutil.which("ruff", path=os.path.dirname(sys.executable))
+    return None if ruff is None else [ruff, "check", "--no-cache", "--exit-zero", "--quiet", root]
 
 
 # -- profiling ----------------------------------------------------------------
@@ -299,7 +321,10 @@ def describe(args, wheel, files, root, rows, columns, startup_cpu, torchfix_note
                    f"{parse:.1f} CPU s = {check / parse:.2f}×; per file median "
                    f"{statistics.median(ratios):.2f}×, p90 {percentile(ratios, 0.9):.2f}×, "
                    f"max {max(ratios):.2f}×")
-    out.append(f"- process start-up (CLI on a one-line file): {startup_cpu:.2f} CPU s")
+    startup, libcst_import = startup_cpu
+    out.append(f"- one-file latency (CLI, `--no-cache`, on a one-line file): {startup:.3f} CPU s; "
+               f"`python -c 'import libcst'`: {libcst_import:.3f} CPU s "
+               f"({startup / libcst_import:.2f}×)")
     out.append(f"- findings: {sum(r['findings'] for r in rows)}")
     j1 = by_label.get("memlint check -j1 (CLI)")
     for note in torchfix_notes:
@@ -344,13 +369,27 @@ def main() -> int:
                 sum(r["check_cpu"] for r in rows))]
     print(f"timed {len(files)} files in-process", flush=True)
 
+    time_command(memlint_command(1, __file__))  # compile memlint's bytecode once, as installed
     startup_cpu = startup_seconds()
+    libcst_cpu = import_libcst_seconds()
     for jobs in sorted({1, args.jobs}):
         wall, cpu, done = time_command(memlint_command(jobs, root))
         if done.returncode not in (0, 1):
             raise SystemExit(f"memlint -j{jobs} failed ({done.returncode}): {done.stderr[-2000:]}")
         columns.append((f"memlint check -j{jobs} (CLI)", wall, cpu))
         print(f"timed memlint -j{jobs}", flush=True)
+    if (REPO / "memlint" / "engine" / "cache.py").exists():
+        with tempfile.TemporaryDirectory() as cache_dir:
+            time_command(memlint_command(1, root, cache_dir))  # fills the cache
+            wall, cpu, done = time_command(memlint_command(1, root, cache_dir))
+            columns.append(("memlint check -j1, warm cache (CLI)", wall, cpu))
+        print("timed memlint warm", flush=True)
+    ruff = ruff_command(root)
+    if ruff is not None:
+        version = subprocess.run([ruff[0], "--version"], capture_output=True, text=True).stdout
+        wall, cpu, done = time_command(ruff)
+        columns.append((f"{version.strip()} check --no-cache", wall, cpu))
+        print("timed ruff", flush=True)
 
     torchfix_notes = []
     if torchfix_version:
@@ -364,8 +403,8 @@ def main() -> int:
             print(f"timed {label}", flush=True)
     load_after = os.getloadavg()
 
-    report = describe(args, wheel, files, root, rows, columns, startup_cpu, torchfix_notes,
-                      (load_before[0], load_after[0]))
+    report = describe(args, wheel, files, root, rows, columns, (startup_cpu, libcst_cpu),
+                      torchfix_notes, (load_before[0], load_after[0]))
     print("\n" + report)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (CACHE / f"results-{stamp}.json").write_text(json.dumps(
