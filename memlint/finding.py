@@ -90,6 +90,21 @@ class Finding:
     #: "error", "warning" or "note": the rule's default or the project's setting
     severity: str = field(default="warning", compare=False)
 
+    @property
+    def summary(self) -> str:
+        """What is wrong, in one short clause: the message up to its first `: `."""
+        return message_parts(self.message)[0]
+
+    @property
+    def why(self) -> str | None:
+        """What it costs: the message between its `: ` and its last `; `."""
+        return message_parts(self.message)[1]
+
+    @property
+    def help(self) -> str | None:
+        """What to do instead: the message after its last `; `."""
+        return message_parts(self.message)[2]
+
     def to_dict(self) -> dict:
         """The JSON shape: the fields of DESIGN.md, `related` (always a list,
         often empty), `fix` (null when there is none), plus the cell for
@@ -101,6 +116,32 @@ class Finding:
         data["related"] = [r.to_dict() for r in self.related]
         data["fix"] = self.fix.to_dict() if self.fix is not None else None
         return data
+
+
+def message_parts(message: str) -> tuple[str, str | None, str | None]:
+    """(what, why, help) of a message written as every rule writes it,
+    `<what is wrong>: <what it costs>; <what to do>`. Only separators outside
+    quotes, backticks and brackets count (`'pad' ... (the DataLoader's
+    collate_fn; num_workers=2): ...`); a message without both is all `what`
+    (MEM000's "cannot parse the file: <why>" is shown whole)."""
+    depth, quote, colon, semicolon = 0, None, None, None
+    for i, char in enumerate(message):
+        if quote is not None:
+            if char == quote and (i + 1 == len(message) or not message[i + 1].isalnum()):
+                quote = None
+        elif char in "'\"`" and (i == 0 or not message[i - 1].isalnum()):
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and message.startswith(": ", i) and colon is None:
+            colon = i
+        elif depth == 0 and message.startswith("; ", i) and colon is not None:
+            semicolon = i
+    if colon is None or semicolon is None:
+        return message, None, None  # a diagnostic (MEM000's "cannot parse the file: ..."): whole
+    return message[:colon], message[colon + 2:semicolon], message[semicolon + 2:]
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from memlint import Settings
 from memlint.engine import Source, check_sources
 from memlint.engine.cache import CACHE_DIR_NAME
+from memlint.finding import message_parts
 from tests.expectations import fixture_files
 
 SCALE = int(os.environ.get("MEMLINT_FUZZ_SCALE", "1"))
@@ -177,7 +178,8 @@ def test_console_script_survives_and_never_writes(tmp_path_factory, console_alon
     assert result.stderr == b"", result.stderr  # internal errors would be memlint's bugs
     out = result.stdout.decode("utf-8")
     if output == "json":
-        shown = [f"{r['path']}:{r['line']}:{r['column']}: {r['code']} {r['message']}"
+        shown = [f"{r['path']}:{r['line']}:{r['column']}: {r['code']} "
+                 f"{message_parts(r['message'])[0]}"
                  for r in json.loads(out) if not r["path"].endswith(name)]
     else:
         shown = [line for line in out.splitlines()

@@ -8,10 +8,11 @@ from importlib import resources
 
 import pytest
 
-from memlint import __version__
+from memlint import __version__, check_paths
 from memlint.engine import Report
-from memlint.finding import Finding, InternalError
-from memlint.cli.reporters import github, json_format, sarif, text
+from memlint.finding import Finding, InternalError, message_parts
+from memlint.cli.reporters import full_text, github, json_format, sarif, text
+from tests.expectations import FIXTURES
 
 FINDING = Finding(path="src/train.py", line=3, column=9, code="MEM007", end_line=3,
                   end_column=34, name="load-without-map-location",
@@ -136,3 +137,47 @@ def test_sarif_reports_internal_errors_as_tool_execution_notifications():
 def test_github_shows_an_unparsable_file_as_an_error_and_a_rule_finding_as_a_warning():
     lines = github(Report(findings=[BROKEN, FINDING]), __version__).splitlines()
     assert [line.split(" ", 1)[0] for line in lines] == ["::error", "::warning"]
+
+
+# -- short messages: what, why, help -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("message, parts", [
+    ("x is bad: it costs; do y", ("x is bad", "it costs", "do y")),
+    # separators inside brackets and quotes are the text's own
+    ("'pad' moves tensors (the DataLoader's collate_fn; num_workers=2): a context each; "
+     "return CPU tensors", ("'pad' moves tensors (the DataLoader's collate_fn; num_workers=2)",
+                           "a context each", "return CPU tensors")),
+    ("'a: b' is kept in 'c; d': its graph stays; append a.item() instead",
+     ("'a: b' is kept in 'c; d'", "its graph stays", "append a.item() instead")),
+    ("load: one copy (on cuda; twice); pass map_location", ("load", "one copy (on cuda; twice)",
+                                                            "pass map_location")),
+    ("no separators at all", ("no separators at all", None, None)),
+    ("cannot parse the file: bad token", ("cannot parse the file: bad token", None, None)),
+])
+def test_a_message_splits_into_what_why_and_help(message, parts):
+    assert message_parts(message) == parts
+
+
+def test_every_rule_writes_what_why_and_help_with_a_short_what():
+    report = check_paths([str(FIXTURES)], jobs=2)
+    assert len({f.code for f in report.findings}) >= 7
+    for finding in report.findings:
+        what, why, help_ = message_parts(finding.message)
+        assert why and help_, finding.message
+        assert f"{what}: {why}; {help_}" == finding.message
+        assert len(what) <= 210, what
+
+
+def test_the_concise_line_is_the_short_message_and_the_full_view_adds_why_and_help(tmp_path):
+    source = tmp_path / "train.py"
+    source.write_text("import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n"
+                      "model.load_state_dict(torch.load(path))\n")
+    report = check_paths([str(source)], jobs=1)
+    [finding] = report.findings
+    concise = text(report, "0")
+    assert concise == f"{source}:3:23: MEM007 [*] {finding.summary}\n"
+    full = full_text(report, lambda f: source.read_text().splitlines(keepends=True))
+    assert full.splitlines()[0] == concise.rstrip("\n")
+    assert f"  = why: {finding.why}" in full and f"  = help: {finding.help}" in full
+    assert full.index("^^^") < full.index("= why:") < full.index("= help:")

@@ -48,9 +48,17 @@ def location(finding: Finding) -> str:
 
 
 def text(report: Report, version: str) -> str:
-    """One line per finding; `[*]` marks one that `--fix` fixes (as ruff marks them)."""
-    return "".join(f"{location(f)}: {f.code} {_fix_mark(f)}{f.message}\n"
+    """One line per finding, its short message (what is wrong; the cost and the
+    advice are in the full view, the JSON and the rule's page); `[*]` marks
+    one that `--fix` fixes (as ruff marks them)."""
+    return "".join(f"{location(f)}: {f.code} {_fix_mark(f)}{_short(f)}\n"
                    for f in report.findings)
+
+
+def _short(finding: Finding) -> str:
+    """A rule's finding: what is wrong. MEM000 (a file memlint could not check)
+    is shown whole: its reason is the point."""
+    return finding.message if finding.code == SYNTAX_ERROR_CODE else finding.summary
 
 
 _STYLES = {"error": "\033[1;31m", "warning": "\033[1;33m", "note": "\033[1;36m",
@@ -68,8 +76,15 @@ def full_text(report: Report, lines_of: Callable[[Finding], list[str] | None],
     out = []
     for f in report.findings:
         out.append(f"{paint('bold', location(f))}: {paint(f.severity, f.code)} "
-                   f"{_fix_mark(f)}{f.message}\n")
-        out.extend(_frame(f, lines_of(f), paint))
+                   f"{_fix_mark(f)}{_short(f)}\n")
+        frame = _frame(f, lines_of(f), paint)
+        out.extend(frame)
+        width = len(str(f.end_line if f.cell is None else f.cell_line + f.end_line - f.line))
+        margin = " " * (width + 1) if frame else "  "
+        for label, value in (("why", f.why), ("help", f.help)):
+            if value and f.code != SYNTAX_ERROR_CODE:
+                out.append(f"{margin}{paint('dim', '=')} {paint('bold', label)}: {value}\n")
+        out.append("\n")
     return "".join(out)
 
 

@@ -39,11 +39,11 @@ class LoadWithoutMapLocation(Rule):
     RANKS = ("torch.load() without map_location in a multi-process job: every rank restores "
              "the checkpoint onto the GPU it was saved from (usually cuda:0), one copy per "
              "rank on that GPU; pass map_location=\"cpu\" or the rank's own device")
-    COPIED = ("torch.load() without map_location puts a second copy of the checkpoint on the "
+    COPIED = ("torch.load() without map_location: a second copy of the checkpoint on the "
               "GPU it was saved from while load_state_dict copies it (as large as the weights, "
-              "optimizer state included), and fails on a host without that GPU; pass "
+              "optimizer state included), and a failed load on a host without that GPU; pass "
               "map_location=\"cpu\"")
-    RESTORED = ("torch.load() without map_location restores every tensor onto the GPU it was "
+    RESTORED = ("torch.load() without map_location: every tensor restored onto the GPU it was "
                 "saved from (an extra copy on the GPU until the loaded object is freed; the "
                 "load fails on a host without that GPU); pass map_location=\"cpu\" or the "
                 "target device")

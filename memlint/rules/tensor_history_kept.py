@@ -539,6 +539,6 @@ def _message(stored: cst.BaseExpression, value: Value, container: str, verb: str
         fix = f"{verb} {receiver}.item() instead"
     else:
         fix = f"{verb} {receiver}.detach() instead (.detach().cpu() to free the GPU copy too)"
-    return (f"'{text}' keeps its autograd graph alive in '{container}' across iterations "
-            f"(every iteration's graph and the tensors it saved for backward stay in memory); "
+    return (f"'{text}' keeps its autograd graph alive in '{container}' across iterations: "
+            f"every iteration's graph and the tensors it saved for backward stay in memory; "
             f"{fix}")
