@@ -17,11 +17,6 @@ from pathlib import Path
 from memlint.rules import ALL_CODES, ALL_RULES, SEVERITIES, SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
 _CODE_LISTS = ("select", "ignore", "extend-select")
 _PATTERN_LISTS = ("exclude", "extend-exclude")
 #: per-file budgets: key -> (Settings field, unit); 0 in the file means no limit
@@ -74,6 +69,10 @@ def load_settings(pyproject: Path | None) -> Settings:
 
 def _read_table(pyproject: Path) -> dict:
     """The [tool] table of a pyproject.toml."""
+    if sys.version_info >= (3, 11):  # imported here: a run without a pyproject never needs it
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
     try:
         with open(pyproject, "rb") as handle:
             document = tomllib.load(handle)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -503,6 +502,7 @@ def _show_rule(code_or_name: str) -> int:
         return EXIT_CLEAN
     from memlint.cli.pages import for_terminal
     text = for_terminal(page(code), _colour("auto", True))
+    import shutil  # start-up: only a page shown on a terminal needs it
     if text.count("\n") > shutil.get_terminal_size().lines:
         import pydoc
         os.environ.setdefault("LESS", "-R")  # let less show the colours

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 
 import sys
-from importlib import resources
 from pathlib import Path
 
 from memlint.rules import NAMES_BY_CODE, RULES_BY_CODE, SYNTAX_ERROR_CODE
@@ -46,6 +45,7 @@ def page(code: str) -> str:
 
 
 def _read_page(code: str) -> str | None:
+    from importlib import resources  # start-up: only `memlint rule` reads pages
     packaged = resources.files("memlint").joinpath("rule_pages", f"{code}.md")
     try:
         return packaged.read_text(encoding="utf-8")

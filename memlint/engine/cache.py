@@ -23,7 +23,6 @@ import hashlib
 import os
 import pickle
 import sys
-import tempfile
 from pathlib import Path
 
 import memlint
@@ -68,7 +67,8 @@ class ResultCache:
         try:
             self._prepare()
             entry.parent.mkdir(exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=".entry-", dir=entry.parent)
+            temporary = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")  # one per process
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 with os.fdopen(handle, "wb") as stream:
                     pickle.dump(result, stream, protocol=pickle.HIGHEST_PROTOCOL)

@@ -15,7 +15,6 @@ import errno
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -161,6 +160,7 @@ def write_fixed(path: str, original: bytes, text: str) -> None:
             raise FileChanged(path)
     mode = stat.S_IMODE(os.stat(path).st_mode)
     folder = os.path.dirname(os.path.abspath(path))
+    import tempfile  # start-up: only --fix writes files
     handle, temporary = tempfile.mkstemp(prefix=".memlint-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(handle, "wb") as out:
