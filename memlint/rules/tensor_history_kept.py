@@ -11,16 +11,13 @@ from memlint.analysis.autograd_values import (AUTOGRAD_ENTRY, BACKWARD_METHODS, 
                                               BackwardFlows, Value, names_in)
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
+from memlint.analysis.stores import (Store, code, container_name, is_data_loop, outlived_loops,
+                                     reads_across_batches, stores_at)
 from memlint.analysis.project import (Condition, Either, FactCollector,
                                       UnlessImportedFunctionsKeepNoHistory, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
 
-_STORING_METHODS = {"append": "append", "extend": "extend with", "insert": "insert",
-                    "appendleft": "append"}
-_CONCATENATIONS = {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack",
-                   "torch.hstack", "torch.vstack", "torch.row_stack", "torch.column_stack",
-                   "torch.dstack"}
 _MODULE_BASES = {"torch.nn.Module", "nn.Module", "Module"}
 
 
@@ -238,7 +235,7 @@ class TensorHistoryKept(Rule):
         self.frames.append(_Frame(node, model_code=False))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.frames.append(_Frame(node, model_code=self._is_model_code(node)))
+        self.frames.append(_Frame(node, model_code=self._is_modelcode(node)))
         if isinstance(self.ctx.parent, cst.Module):
             self.top_level.add(node.name.value)
 
@@ -277,13 +274,13 @@ class TensorHistoryKept(Rule):
                         if store.container not in flows.reset_every_iteration(loop)]
             if not outlived:
                 continue  # emptied every iteration of the loop it grows in
-            if not frame.calls_backward and not any(map(_is_data_loop, outlived)):
+            if not frame.calls_backward and not any(map(is_data_loop, outlived)):
                 continue  # loss terms summed over heads or scales, for a backward elsewhere
             if flows.consumed(frame.node, store.container, store.statement):
                 continue  # kept for a backward that follows
             if _kept_for_its_data(store, value, flows, frame.node):
                 continue
-            self.report(store.node, _message(store.stored, value, _code(store.target), store.verb),
+            self.report(store.node, _message(store.stored, value, code(store.target), store.verb),
                         store.statement, self._unless(store.value), fix=_detach(store, frame))
 
     def _grad_off_by_callers(self, frame: _Frame) -> bool:
@@ -319,12 +316,9 @@ class TensorHistoryKept(Rule):
         """A loop over batches, epochs or training steps (its body runs a
         backward or an optimizer step), not over the time steps, feature
         levels or items of one batch."""
-        if id(loop) in self.training_loops or isinstance(loop, cst.While):
-            return True
-        header = _code(loop.target, limit=200) + " in " + _code(loop.iter, limit=200)
-        return _ACROSS_BATCHES.search(header) is not None
+        return id(loop) in self.training_loops or reads_across_batches(loop)
 
-    def _is_model_code(self, node: cst.FunctionDef) -> bool:
+    def _is_modelcode(self, node: cst.FunctionDef) -> bool:
         name = node.name.value
         if name.startswith(("forward", "_forward")) or name == "__call__":
             return True
@@ -345,62 +339,23 @@ class TensorHistoryKept(Rule):
     # -- stores ----------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         self._note_backward(node)
-        func = node.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in _STORING_METHODS:
-            return
-        if not isinstance(self.ctx.parent, cst.Expr):
-            return
-        position = 1 if func.attr.value == "insert" else 0
-        positional = [a for a in node.args if a.keyword is None and not a.star]
-        if len(positional) <= position:
-            return
-        self._check_store(node, func.value, positional[position].value,
-                          _STORING_METHODS[func.attr.value])
+        for store in stores_at(node, self.ctx):
+            self._check_store(store)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
-            return
-        verb = "add" if isinstance(node.operator, cst.AddAssign) else "subtract"
-        self._check_store(node, node.target, node.value, verb, chain_of=node.target)
+        for store in stores_at(node, self.ctx):
+            self._check_store(store)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) != 1:
-            return
-        target = node.targets[0].target
-        name = dotted_name(target)
-        if name is None:
-            return
-        for added, verb in self._accumulated_parts(name, node.value):
-            self._check_store(node, target, added, verb, chain_of=target)
+        for store in stores_at(node, self.ctx):
+            self._check_store(store)
 
-    def _accumulated_parts(self, name: str, value: cst.BaseExpression):
-        """`acc + t` / `t + acc` / `torch.cat((acc, t))`, also as one arm of
-        `t if acc is None else torch.cat((acc, t))`: the parts added to `acc`."""
-        value_type = type(value)
-        if value_type is cst.IfExp:
-            yield from self._accumulated_parts(name, value.body)
-            yield from self._accumulated_parts(name, value.orelse)
-        elif value_type is cst.BinaryOperation and \
-                type(value.operator) in (cst.Add, cst.Subtract):
-            if dotted_name(value.left) == name:
-                yield value.right, "add"
-            elif dotted_name(value.right) == name and isinstance(value.operator, cst.Add):
-                yield value.left, "add"
-        elif value_type is cst.Call and self.ctx.qualify(value.func) in _CONCATENATIONS \
-                and value.args and isinstance(value.args[0].value, (cst.Tuple, cst.List)):
-            elements = [e.value for e in value.args[0].value.elements]
-            if any(dotted_name(e) == name for e in elements):
-                for element in elements:
-                    if dotted_name(element) != name:
-                        yield element, "concatenate"
-
-    def _check_store(self, node: cst.CSTNode, container: cst.BaseExpression,
-                     stored: cst.BaseExpression, verb: str,
-                     chain_of: cst.BaseExpression | None = None) -> None:
+    def _check_store(self, store: Store) -> None:
+        node, container, stored, verb, chain_of = store
         if not self.ctx.in_loop or self.ctx.grad_disabled or not self.ctx.names.imports("torch"):
             return
-        owner = _container_name(container)
-        outlived = self._outlived_loops(owner) if owner is not None else []
+        owner = container_name(container)
+        outlived = outlived_loops(self.ctx, owner) if owner is not None else []
         if not outlived:
             return
         if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
@@ -415,15 +370,6 @@ class TensorHistoryKept(Rule):
         self.frames[-1].stores.append(_Store(node, self.statement(), stored, value, container,
                                              verb, owner, outlived, local))
 
-    def _outlived_loops(self, owner: str) -> list[cst.CSTNode]:
-        """The enclosing loops whose iterations the container survives: none
-        when it is (re)bound in the body of the innermost loop."""
-        if self.ctx.loop_target(owner) is not None and self.ctx.binding(owner) is None:
-            return []
-        site = self.ctx.binding_site(owner)
-        bound_in = site.loops if site is not None else ()
-        return [loop for loop in self.ctx.loops if not any(loop is b for b in bound_in)]
-
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:
         func = node.func
@@ -437,25 +383,7 @@ class TensorHistoryKept(Rule):
             self.training_loops.update(map(id, self.ctx.loops))
 
 
-_DATA_LOOP = re.compile(r"load|batch|data|epoch|step|iter|sample|episode|train|valid|val_|"
-                        r"test|eval|input|image|img|example|\b(x|y|xb|yb|dl|ds)\b|"
-                        r"range\(\d{2,}\)", re.IGNORECASE)
-
-
-#: A loop across batches: `_DATA_LOOP` less the words of one batch's parts
-#: (`for x in inputs`, `range(batch_size)`, `zip(recons, input_features)`).
-_ACROSS_BATCHES = re.compile(r"load|batches|\bbatch\b|data|epoch|step|iter|sample|episode|train|"
-                             r"valid|val_|test|eval|\b(dl|ds)\b|range\(\d{2,}\)", re.IGNORECASE)
 _OPTIMIZER = re.compile(r"optim|(^|[._])opt(_\w+)?$|scheduler|scaler", re.IGNORECASE)
-
-
-def _is_data_loop(loop: cst.CSTNode) -> bool:
-    """A loop over batches, epochs or steps (`for x, y in loader`, `while True`),
-    not over the heads, scales or blocks of one model."""
-    if isinstance(loop, cst.While):
-        return True
-    header = _code(loop.target, limit=200) + " in " + _code(loop.iter, limit=200)
-    return _DATA_LOOP.search(header) is not None
 
 
 def _kept_for_its_data(store: _Store, value: Value, flows: BackwardFlows,
@@ -503,7 +431,7 @@ def _detach(store: _Store, frame: _Frame) -> FixPlan | None:
     returned = any(store.container.split(".", 1)[0] in names_in(node.value)
                    for node in _returns_in(frame.node) if node.value is not None)
     safe = store.local and not returned
-    return FixPlan(SAFE if safe else UNSAFE, f"{store.verb} {_code(detached)}",
+    return FixPlan(SAFE if safe else UNSAFE, f"{store.verb} {code(detached)}",
                    ((store.stored, detached),))
 
 
@@ -519,20 +447,8 @@ def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
     return found
 
 
-def _container_name(node: cst.BaseExpression) -> str | None:
-    """`history` for `history["loss"]`, `self.losses` for `self.losses[k]`."""
-    while isinstance(node, cst.Subscript):
-        node = node.value
-    return dotted_name(node)
-
-
-def _code(node: cst.CSTNode, limit: int = 40) -> str:
-    text = " ".join(cst.Module(body=[]).code_for_node(node).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def _message(stored: cst.BaseExpression, value: Value, container: str, verb: str) -> str:
-    text = _code(stored)
+    text = code(stored)
     simple = isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
     receiver = text if simple else f"({text})"
     if value.scalar:
