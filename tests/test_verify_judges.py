@@ -149,3 +149,29 @@ def test_recorded_fixture_run_confirms_every_rule_somewhere():
     confirmed = {f["code"] for s in scripts for f in s["findings"] if f["verdict"] == CONFIRMED}
     assert confirmed == {f"MEM00{i}" for i in range(1, 8)}
     assert all(f["verdict"] != "error" for s in scripts for f in s["findings"])
+
+
+def test_outputs_kept_on_the_device_are_confirmed_by_the_container_growth():
+    kept = [i * 2 * MiB for i in range(1, 21)]  # the list grows by one 2 MiB batch each time
+    record = {"hits": 20, "kept_on_device_after": kept,
+              "allocated_after": [10 * MiB + k for k in kept]}
+    result = judge("MEM010", record, facts())
+    assert result.verdict == CONFIRMED
+    assert result.measured.startswith("+2.00 MiB kept on the device per iteration "
+                                      "(40.00 MiB held after 20 iterations; the device's "
+                                      "allocation grew 38.00 MiB over 20 iterations)")
+    assert result.numbers["per_execution_bytes"] == 2 * MiB
+
+
+def test_a_container_that_does_not_grow_on_the_device_is_not_confirmed():
+    host = {"hits": 20, "kept_on_device_after": [0] * 20, "allocated_after": [MiB] * 20}
+    assert judge("MEM010", host, facts()).verdict == NOT_CONFIRMED
+    tiny = {"hits": 20, "kept_on_device_after": [i * 64 for i in range(20)]}
+    result = judge("MEM010", tiny, facts())
+    assert result.verdict == NOT_CONFIRMED and "too small to confirm" in result.measured
+
+
+def test_without_a_readable_container_the_allocated_growth_decides():
+    steady = [i * 2 * MiB for i in range(8)]
+    result = judge("MEM010", {"hits": 8, "allocated_after": steady}, facts())
+    assert result.verdict == CONFIRMED and "retained per iteration" in result.measured

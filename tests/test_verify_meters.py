@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memlint.verify.meters import (  # noqa: E402
-    DeviceBytesMeter, Device, GradModeMeter, LoadedDevicesMeter, LoaderCopyMeter,
+    DeviceBytesMeter, Device, GradModeMeter, KeptOnDeviceMeter, LoadedDevicesMeter, LoaderCopyMeter,
     ReturnCatcher, SavedTensorsMeter, bytes_by_device, tensors_in)
 
 CPU = Device("cpu")
@@ -149,3 +149,20 @@ def test_grad_mode_meter_counts_what_the_next_forward_saves_until_the_function_r
     import sys
 
     assert sys.getprofile() is None
+
+
+def test_kept_on_device_meter_reads_the_container_back_a_bounded_number_of_times():
+    import sys as _sys
+    meter = KeptOnDeviceMeter(CPU)
+    meter.accumulator = "kept"
+    kept = []
+    for _ in range(KeptOnDeviceMeter.KEPT_SAMPLES + 10):
+        meter.enter()
+        kept.append(torch.zeros(4))
+        meter.frame = _sys._getframe()
+        meter.exit()
+    record = meter.result()
+    # CPU tensors: nothing on a CUDA device, but every sample taken, no more
+    assert record["kept_on_device_after"] == [0] * KeptOnDeviceMeter.KEPT_SAMPLES
+    assert len(record["allocated_after"]) == KeptOnDeviceMeter.KEPT_SAMPLES + 10
+    assert record["hits"] == KeptOnDeviceMeter.KEPT_SAMPLES + 10

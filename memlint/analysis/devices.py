@@ -13,7 +13,7 @@ import re
 import libcst as cst
 
 from memlint.analysis.context import Context
-from memlint.analysis.models import built_kind
+from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import FactCollector
@@ -316,3 +316,120 @@ def held_on_cuda(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> boo
         return isinstance(site.unpacked_from, cst.Call) and isinstance(returns, CudaReturns) \
             and returns.returns_on_cuda(site.unpacked_from, site.unpacked_index)
     return site.value is not value and held_on_cuda(site.value, ctx, depth + 1)
+
+
+#: Methods whose result is on the host, or not a tensor at all.
+_HOST_RESULTS = {"cpu", "numpy", "tolist", "item"}
+#: Element-wise and shape methods: the result is where the tensor is.
+_FOLLOWS_ITS_TENSOR = _SAME_DEVICE_METHODS | {"softmax", "log_softmax", "sigmoid", "exp", "log",
+                                              "relu", "tanh", "abs", "round", "clamp", "mul",
+                                              "add", "div", "sub", "squeeze_", "unsqueeze_"}
+
+
+def device_of_value(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool | None:
+    """Where the code shows a value lives: True on a CUDA device, False on the
+    host or not a tensor (`.cpu()`, `.numpy()`, `.tolist()`, `.item()`), None
+    when it cannot tell. Follows the data through names, unpacking, indexing,
+    element-wise methods and torch functions; a forward's output is where its
+    inputs are (`model(x)` after `x = x.to(device)`)."""
+    if depth > 12:
+        return None
+    depth += 1
+    if isinstance(value, cst.Subscript):
+        return device_of_value(value.value, ctx, depth)
+    if isinstance(value, cst.BinaryOperation):
+        sides = [device_of_value(value.left, ctx, depth), device_of_value(value.right, ctx, depth)]
+        return True if True in sides else None if None in sides else False
+    if isinstance(value, (cst.Tuple, cst.List)):  # `(correct, pred[:, 4])`: its GPU parts
+        parts = [device_of_value(e.value, ctx, depth) for e in value.elements]
+        return True if True in parts else None
+    if isinstance(value, cst.Call):
+        return _call_device(value, ctx, depth)
+    name = dotted_name(value)
+    if name is None:
+        return None
+    site = ctx.binding_site(name)
+    if site is None:
+        if isinstance(value, cst.Attribute):  # `out.logits` of a model's output object
+            return device_of_value(value.value, ctx, depth)
+        return None
+    if site.unpacked_from is not None:  # `logits, _ = model(x)`
+        return device_of_value(site.unpacked_from, ctx, depth)
+    return None if site.value is value else device_of_value(site.value, ctx, depth)
+
+
+def _call_device(call: cst.Call, ctx: Context, depth: int) -> bool | None:
+    if made_on_cuda(call, ctx):
+        return True
+    func = call.func
+    qualified = ctx.qualify(func) or ""
+    if isinstance(func, cst.Attribute) and not qualified:
+        method = func.attr.value
+        if method in _HOST_RESULTS:
+            return False
+        if method == "to":
+            target = call_arg(call, "device", position=0)
+            qualified = (ctx.qualify(target.value) or "") if target is not None else ""
+            if target is None or (qualified.startswith("torch.")
+                                  and not qualified.startswith("torch.device")):
+                return device_of_value(func.value, ctx, depth)  # a dtype: it stays put
+            return is_cuda_device(target.value, ctx)
+        if method in _FOLLOWS_ITS_TENSOR:
+            return device_of_value(func.value, ctx, depth)
+    if qualified.startswith("torch."):
+        if qualified.startswith(("torch.tensor", "torch.from_numpy", "torch.as_tensor")):
+            return False  # made on the host (a device would have made it `made_on_cuda`)
+        inputs = [device_of_value(a.value, ctx, depth) for a in call.args if a.keyword is None]
+        for arg in call.args:  # `torch.cat([a, b])`: its parts
+            if isinstance(arg.value, (cst.List, cst.Tuple)):
+                inputs += [device_of_value(e.value, ctx, depth) for e in arg.value.elements]
+        return True if True in inputs else None
+    if _runs_a_module(func, ctx):
+        inputs = [device_of_value(a.value, ctx, depth) for a in call.args]
+        return True if True in inputs else None
+    return None
+
+
+def _runs_a_module(func: cst.BaseExpression, ctx: Context) -> bool:
+    """`model(x)`, `self.net(x)`, `net.forward(x)`: a module's forward, by its
+    binding or else its name."""
+    if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+        func = func.value
+    name = dotted_name(func)
+    if name is None or ctx.qualify(func) is not None:
+        return False
+    bound = ctx.binding(name)
+    kind = built_kind(bound, ctx) if bound is not None else None
+    return (kind or called_kind(name)) == "module"
+
+
+def made_by_a_forward(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool:
+    """Whether a value is (computed from) a module's output: `model(x)`,
+    `torch.sigmoid(out)`, `out.detach()`, `logits, _ = net(x)`; not a part
+    of the batch itself (`y.to(device)`), which the data set already held."""
+    if depth > 12:
+        return False
+    depth += 1
+    if isinstance(value, cst.Subscript):
+        return made_by_a_forward(value.value, ctx, depth)
+    if isinstance(value, (cst.Tuple, cst.List)):
+        return any(made_by_a_forward(e.value, ctx, depth) for e in value.elements)
+    if isinstance(value, cst.BinaryOperation):
+        return made_by_a_forward(value.left, ctx, depth) or \
+            made_by_a_forward(value.right, ctx, depth)
+    if isinstance(value, cst.Call):
+        func = value.func
+        if _runs_a_module(func, ctx):
+            return True
+        if (ctx.qualify(func) or "").startswith("torch."):
+            return any(made_by_a_forward(a.value, ctx, depth) for a in value.args)
+        if isinstance(func, cst.Attribute):
+            return made_by_a_forward(func.value, ctx, depth)  # `out.detach()`, `out.to(dev)`
+        return False
+    name = dotted_name(value)
+    site = ctx.binding_site(name) if name is not None else None
+    if site is None:
+        return isinstance(value, cst.Attribute) and made_by_a_forward(value.value, ctx, depth)
+    if site.unpacked_from is not None:
+        return made_by_a_forward(site.unpacked_from, ctx, depth)
+    return site.value is not value and made_by_a_forward(site.value, ctx, depth)

@@ -134,3 +134,24 @@ def code(node: cst.CSTNode, limit: int = 40) -> str:
     """The node's source on one line, shortened to `limit` characters."""
     text = " ".join(cst.Module(body=[]).code_for_node(node).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+#: What a loop's iterable is wrapped in (`enumerate(tqdm(loader))`).
+_LOOP_WRAPPERS = {"enumerate", "tqdm", "zip", "iter", "islice"}
+_COUNTS = {"range", "trange", "numpy.arange", "np.arange", "torch.arange"}
+
+
+def iterates_data(loop: cst.CSTNode) -> bool:
+    """A `for` loop over a loader, a data set or its batches (`for x, y in
+    loader`, `enumerate(tqdm(test_loader))`), not over a count (`range(epochs)`,
+    `range(num_steps)`: epochs, runs and rollout steps, whose number the code
+    fixes, not the size of the data)."""
+    if not isinstance(loop, cst.For):
+        return False
+    iterable = loop.iter
+    while isinstance(iterable, cst.Call) and iterable.args \
+            and (dotted_name(iterable.func) or "").rsplit(".", 1)[-1] in _LOOP_WRAPPERS:
+        iterable = iterable.args[0].value
+    if isinstance(iterable, cst.Call) and (dotted_name(iterable.func) or "") in _COUNTS:
+        return False
+    return not isinstance(iterable, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.SimpleString))

@@ -159,6 +159,36 @@ def judge_history_kept(record: dict, facts: RunFacts) -> Judgement:
     return Judgement(NOT_CONFIRMED, _too_small(what, facts), numbers)
 
 
+def judge_kept_on_device(record: dict, facts: RunFacts) -> Judgement:
+    """MEM010: the container's CUDA bytes grow by a steady step per iteration
+    (its first executions, measured on the container itself); the device's
+    allocated bytes after the last execution say what the loop left behind.
+    Without a readable container, the allocated growth alone decides, as for
+    MEM003."""
+    kept = record.get("kept_on_device_after", [])
+    if len(kept) < 3:
+        return judge_history_kept(record, facts)
+    steps = [b - a for a, b in zip(kept[1:], kept[2:])]
+    per_step = (kept[-1] - kept[1]) / len(steps)
+    steady = sum(1 for step in steps if step > 0) / len(steps)
+    after = record.get("allocated_after", [])
+    numbers = {"hits": record["hits"], "samples": len(kept), "per_execution_bytes": per_step,
+               "kept_on_device_bytes": kept[-1], "growing_share": steady}
+    left = ""
+    if len(after) >= 2:
+        numbers["loop_growth_bytes"] = after[-1] - after[0]
+        left = f"; the device's allocation grew {human_bytes(after[-1] - after[0])} over " \
+               f"{len(after)} iterations"
+    what = (f"+{human_bytes(per_step)} kept on the device per iteration "
+            f"({human_bytes(kept[-1])} held after {len(kept)} iterations{left})")
+    if per_step * len(steps) >= facts.min_bytes and steady >= STEADY_SHARE:
+        return Judgement(CONFIRMED, what, numbers)
+    if per_step > 0 and steady >= STEADY_SHARE:
+        return Judgement(NOT_CONFIRMED, _too_small(what, facts), numbers)
+    return Judgement(NOT_CONFIRMED, f"the container's device bytes did not grow steadily "
+                                    f"(grew in {steady:.0%} of steps): {what}", numbers)
+
+
 def _host_graph_growth(record: dict, numbers: dict) -> str:
     """'+7 autograd graph nodes kept alive per iteration ...' when the live
     graph grew at (nearly) every sampled execution, else ''. Nodes are counted,
@@ -278,6 +308,7 @@ JUDGES = {
     "MEM005": judge_pin_memory,
     "MEM006": judge_grad_mode,
     "MEM007": judge_load_device,
+    "MEM010": judge_kept_on_device,
 }
 
 

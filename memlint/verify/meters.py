@@ -269,6 +269,35 @@ def resident_bytes() -> int:
         return 0
 
 
+# -- MEM010 -------------------------------------------------------------------
+
+class KeptOnDeviceMeter(GrowthMeter):
+    """What the container the line adds to (`preds`, `feats`) holds on the
+    device after each of its first executions: the bytes of its CUDA tensors
+    (each storage once), so that what the loop keeps is measured apart from
+    what else it allocates; and, as for MEM003, the device's allocated bytes
+    after every execution, whose last value is what the loop leaves behind."""
+
+    KEPT_SAMPLES = 64  # each one walks the container: its first executions only
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        self.kept_after: list[int] = []
+
+    def exit(self) -> None:
+        Meter.exit(self)
+        if len(self.after) < MAX_SAMPLES:
+            self.after.append(self.device.allocated())
+        if len(self.kept_after) < self.KEPT_SAMPLES and self.accumulator \
+                and self.frame is not None:
+            kept = eval(self.accumulator, self.frame.f_globals, self.frame.f_locals)
+            self.kept_after.append(sum(size for device, size in bytes_by_device(
+                tensors_in(kept)).items() if device.startswith("cuda")))
+
+    def result(self) -> dict:
+        return {**super().result(), "kept_on_device_after": self.kept_after}
+
+
 # -- MEM004 -------------------------------------------------------------------
 
 class SavedTensorsMeter(Meter):
@@ -538,4 +567,5 @@ METERS: dict[str, type[Meter]] = {
     "MEM005": LoaderCopyMeter,
     "MEM006": GradModeMeter,
     "MEM007": LoadedDevicesMeter,
+    "MEM010": KeptOnDeviceMeter,
 }
