@@ -1,6 +1,7 @@
 """MEM010 on a GPU: an evaluation loop that keeps each batch's logits on the
 device (7.81 MiB a batch: 1000 x 2048 float32), next to one that keeps host
-copies. Run by tests/test_verify_gpu.py; the line numbers are asserted there."""
+copies (probed as well: it must not be confirmed). Run by
+tests/test_verify_gpu.py; the line numbers are asserted there."""
 import sys
 
 import torch
@@ -14,6 +15,6 @@ kept, on_host = [], []
 with torch.no_grad():
     for x in loader:
         logits = model(x.to(device))
-        kept.append(logits)
-        on_host.append(logits.cpu())
+        kept.append(logits)  # probe: MEM010
+        on_host.append(logits.cpu())  # probe: MEM010
 print(torch.cat(kept).shape, torch.cat(on_host).shape)
