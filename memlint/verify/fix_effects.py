@@ -75,6 +75,7 @@ QUANTITIES = {
     "MEM005": Quantity("batch copy to the GPU as loaded", _copy_rate, "GB/s",
                        lower_is_better=False),
     "MEM007": Quantity("loaded onto the GPU", _loaded_on_gpu, "bytes"),
+    "MEM009": Quantity("kept on the device per forward", _per_iteration, "bytes"),
     "MEM010": Quantity("kept on the device per iteration", _per_iteration, "bytes"),
 }
 

@@ -308,6 +308,7 @@ JUDGES = {
     "MEM005": judge_pin_memory,
     "MEM006": judge_grad_mode,
     "MEM007": judge_load_device,
+    "MEM009": judge_kept_on_device,
     "MEM010": judge_kept_on_device,
 }
 

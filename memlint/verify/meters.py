@@ -567,5 +567,6 @@ METERS: dict[str, type[Meter]] = {
     "MEM005": LoaderCopyMeter,
     "MEM006": GradModeMeter,
     "MEM007": LoadedDevicesMeter,
+    "MEM009": KeptOnDeviceMeter,  # the container the hook adds to, per forward
     "MEM010": KeptOnDeviceMeter,
 }
