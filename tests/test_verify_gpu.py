@@ -99,3 +99,15 @@ def test_predictions_kept_on_the_device_grow_by_one_batch_each():
     assert abs(kept.numbers["per_execution_bytes"] - batch) <= batch * 0.01
     assert kept.numbers["kept_on_device_bytes"] >= 19 * batch
     assert verdicts[19].verdict == NOT_CONFIRMED  # the host copies keep nothing on the device
+
+
+def test_hooks_that_keep_activations_grow_by_one_output_per_forward():
+    from memlint import check_paths
+    path = str(FIXTURES / "hook_keeps_activations" / "feature_hooks.py")
+    findings = [f for f in check_paths([path], jobs=1).findings if f.code == "MEM009"]
+    run = verify_script(path, findings, Options(timeout=120))
+    verdicts = {v.finding.line: v.judgement for v in run.verified}
+    output = 256 * 4096 * 4  # one forward's activation, float32
+    for line in (19, 26):
+        assert verdicts[line].verdict == CONFIRMED
+        assert abs(verdicts[line].numbers["per_execution_bytes"] - output) <= output * 0.01
