@@ -45,6 +45,20 @@ class Store(NamedTuple):
     chain_of: cst.BaseExpression | None = None
 
 
+class StoresAt:
+    """`stores_at` for the rules that ask it of the same node (MEM003, MEM010):
+    the last answer is kept. Made with `ctx.shared(StoresAt)`."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._last: tuple[cst.CSTNode | None, list[Store]] = (None, [])
+
+    def __call__(self, node: cst.CSTNode) -> list[Store]:
+        if self._last[0] is not node:
+            self._last = (node, stores_at(node, self.ctx))
+        return self._last[1]
+
+
 def stores_at(node: cst.CSTNode, ctx: Context) -> list[Store]:
     """The stores a statement-level Call (`xs.append(v)`), AugAssign
     (`total += v`) or Assign (`acc = torch.cat((acc, v))`) makes."""

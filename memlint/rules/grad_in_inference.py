@@ -78,6 +78,8 @@ class _Unit:
     any_forward: tuple[cst.Call, str] | None = None
     #: the class the forwarded model was built from, where its binding shows it
     forward_class: str | None = None
+    #: its name says inference (`evaluate`, `predict`): worked out on first use
+    inference_named: bool | None = None
 
 
 class GradInInference(Rule):
@@ -308,13 +310,16 @@ class GradInInference(Rule):
             self.unit.volatile_fed = True
         if self.unit.forward is not None or self.index.grad_disabled:
             return
+        if self.unit.any_forward is not None and not self.unit.evaluated \
+                and not self._inference_named():
+            return  # nothing left to learn here: its first forward is known, none can be inference
         module = self._called_module(node)
         if module is None or self._in_signature() or self._built_here_on_cpu(module) \
                 or self.ctx.in_cpu_branch() or self._fed_host_tensor(node):
             return
         if self.unit.any_forward is None:
             self.unit.any_forward = (node, module)
-        if self.unit.evaluated.get(module) or (self.unit.node is not None and _is_inference_name(self.unit.node)):
+        if self.unit.evaluated.get(module) or self._inference_named():
             self.unit.forward = (node, self.statement(), module)
             self.unit.forward_after_eval = bool(self.unit.evaluated.get(module))
             self.unit.forward_class = self._built_from(module)
@@ -323,6 +328,13 @@ class GradInInference(Rule):
                 # that trains, then predicts)
                 self.unit.wants_grad = False
                 self.pending.append(self.unit)
+
+    def _inference_named(self) -> bool:
+        unit = self.unit
+        if unit.inference_named is None:
+            unit.inference_named = isinstance(unit.node, cst.FunctionDef) \
+                and _is_inference_name(unit.node)
+        return unit.inference_named
 
     def _parameters_looped_over(self) -> str | None:
         """`model` when inside `for v in model.parameters():` (or

@@ -12,8 +12,8 @@ from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import UnlessProjectOnCpu
 from memlint.analysis.names import dotted_name
-from memlint.analysis.stores import (Store, code, container_name, iterates_data, outlived_loops,
-                                     reads_across_batches, stores_at)
+from memlint.analysis.stores import (Store, StoresAt, code, container_name, iterates_data,
+                                     outlived_loops, reads_across_batches)
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule
 
@@ -118,15 +118,16 @@ class PredictionsKeptOnGpu(Rule):
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
         self.values = AutogradValues(ctx)
+        self.stores = ctx.shared(StoresAt)
         self.index = ModuleIndex.of(ctx)
         self.candidates: list[_Candidate] = []
 
     def visit_Call(self, node: cst.Call) -> None:
-        for store in stores_at(node, self.ctx):
+        for store in self.stores(node):
             self._check_store(store)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        for store in stores_at(node, self.ctx):
+        for store in self.stores(node):
             self._check_store(store)
 
     def _check_store(self, store: Store) -> None:

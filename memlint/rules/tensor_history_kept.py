@@ -11,8 +11,8 @@ from memlint.analysis.autograd_values import (AUTOGRAD_ENTRY, BACKWARD_METHODS, 
                                               BackwardFlows, Value, names_in)
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
-from memlint.analysis.stores import (Store, code, container_name, is_data_loop, outlived_loops,
-                                     reads_across_batches, stores_at)
+from memlint.analysis.stores import (Store, StoresAt, code, container_name, is_data_loop,
+                                     outlived_loops, reads_across_batches)
 from memlint.analysis.project import (Condition, Either, FactCollector,
                                       UnlessImportedFunctionsKeepNoHistory, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
@@ -221,6 +221,7 @@ class TensorHistoryKept(Rule):
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
         self.values = AutogradValues(ctx)
+        self.stores = ctx.shared(StoresAt)
         self.index = ModuleIndex.of(ctx)
         self.frames: list[_Frame] = []
         self.pending: list[tuple[_Frame, _Store]] = []
@@ -339,15 +340,15 @@ class TensorHistoryKept(Rule):
     # -- stores ----------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         self._note_backward(node)
-        for store in stores_at(node, self.ctx):
+        for store in self.stores(node):
             self._check_store(store)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        for store in stores_at(node, self.ctx):
+        for store in self.stores(node):
             self._check_store(store)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        for store in stores_at(node, self.ctx):
+        for store in self.stores(node):
             self._check_store(store)
 
     def _check_store(self, store: Store) -> None:
