@@ -494,7 +494,12 @@ class CudaInDataWorker(Rule):
     def _is_dataset_base(self, base: cst.BaseExpression) -> bool:
         qualified = self.ctx.names.qualify(base)
         if qualified is not None:
-            if qualified.startswith(("torch.utils.data.", "torchvision.datasets.")):
+            if qualified.startswith("torch.utils.data."):
+                # a Dataset runs in the workers; a DataLoader or a Sampler subclass's
+                # `__iter__` runs in the main process, around the workers
+                last = qualified.rsplit(".", 1)[-1]
+                return last.endswith("Dataset") or last == "Subset"
+            if qualified.startswith("torchvision.datasets."):
                 return True
             if qualified.split(".", 1)[0] in _FOREIGN_DATASET_ROOTS:
                 return False
