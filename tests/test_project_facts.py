@@ -121,7 +121,7 @@ def test_a_whole_pickled_model_is_the_model_not_a_second_copy():
                    "import torch\nnet = torch.load(p)\nnet.eval()\nnet.cuda()\n"):
         assert check_source(source) == []
     ranks = "import torch\nimport torch.distributed as dist; dist.init_process_group('nccl')\nnet = torch.load(p).cuda()\n"
-    assert [f.code for f in check_source(ranks)] == ["MEM007"]
+    assert [f.code for f in check_source(ranks)] == ["MEM007", "MEM008"]  # MEM008: no set_device before .cuda()
 
 
 def test_a_loader_built_in_one_module_and_copied_to_the_gpu_in_another(tmp_path):

@@ -111,3 +111,20 @@ def test_hooks_that_keep_activations_grow_by_one_output_per_forward():
     for line in (19, 26):
         assert verdicts[line].verdict == CONFIRMED
         assert abs(verdicts[line].numbers["per_execution_bytes"] - output) <= output * 0.01
+
+
+def test_a_rank_that_lands_on_gpu_0_is_confirmed_and_rank_0_is_not():
+    """MEM008 under torchrun: rank 1 selects cuda:1 (LOCAL_RANK) and its
+    `.cuda()` creates a context on cuda:0; rank 0's default is its own. On a
+    one-GPU machine cuda:1 does not exist, and the verdict says so."""
+    from memlint import check_paths
+    from memlint.verify.runner import verify_ranks
+    path = str(FIXTURES / "implicit_default_gpu" / "rank_never_used.py")
+    findings = [f for f in check_paths([path], jobs=1).findings if f.code == "MEM008"]
+    runs = verify_ranks(path, findings, Options(timeout=180, nproc_per_node=2))
+    assert all(run.outcome == {"exit": "completed"} for run in runs), runs[0].log_tail
+    rank0, rank1 = (run.verified[0].judgement for run in runs)
+    assert rank0.verdict == NOT_CONFIRMED and rank0.numbers["selected"] == "cuda:0"
+    assert rank1.verdict == CONFIRMED and rank1.numbers["selected"] == "cuda:1"
+    assert rank1.numbers["new_contexts"] == ["cuda:0"]
+    assert rank1.numbers["allocated_delta_max"]["cuda:0"] >= 64 * MiB

@@ -175,3 +175,36 @@ def test_without_a_readable_container_the_allocated_growth_decides():
     steady = [i * 2 * MiB for i in range(8)]
     result = judge("MEM010", {"hits": 8, "allocated_after": steady}, facts())
     assert result.verdict == CONFIRMED and "retained per iteration" in result.measured
+
+
+def _default_device_record(selected, samples, device_count=2):
+    return {"hits": len(samples), "selected": selected, "samples": samples,
+            "device_count": device_count}
+
+
+def test_mem008_confirmed_when_a_rank_lands_on_another_gpu():
+    sample = {"new_contexts": ["cuda:0"], "allocated_delta": {"cuda:0": 64 * 2**20},
+              "current_device": "cuda:0"}
+    result = judge("MEM008", _default_device_record("cuda:1", [sample]), facts())
+    assert result.verdict == CONFIRMED
+    assert "selected cuda:1" in result.measured and "64.00 MiB on cuda:0" in result.measured
+    assert result.numbers["new_contexts"] == ["cuda:0"]
+
+
+def test_mem008_a_missing_selected_gpu_is_said():
+    sample = {"new_contexts": ["cuda:0"], "allocated_delta": {}, "current_device": "cuda:0"}
+    result = judge("MEM008", _default_device_record("cuda:1", [sample], device_count=1), facts())
+    assert result.verdict == CONFIRMED and "does not have" in result.measured
+
+
+def test_mem008_not_confirmed_on_the_selected_gpu_or_without_a_rank():
+    own = {"new_contexts": ["cuda:0"], "allocated_delta": {"cuda:0": 64 * 2**20},
+           "current_device": "cuda:0"}
+    assert judge("MEM008", _default_device_record("cuda:0", [own]), facts()).verdict \
+        == NOT_CONFIRMED
+    unranked = judge("MEM008", _default_device_record(None, [own]), facts())
+    assert unranked.verdict == NOT_CONFIRMED and "--nproc-per-node" in unranked.measured
+    # bytes elsewhere below --min-bytes, no new context there: too small
+    small = {"new_contexts": [], "allocated_delta": {"cuda:0": 512}, "current_device": "cuda:0"}
+    assert judge("MEM008", _default_device_record("cuda:1", [small]), facts()).verdict \
+        == NOT_CONFIRMED

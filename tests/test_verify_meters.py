@@ -166,3 +166,20 @@ def test_kept_on_device_meter_reads_the_container_back_a_bounded_number_of_times
     assert record["kept_on_device_after"] == [0] * KeptOnDeviceMeter.KEPT_SAMPLES
     assert len(record["allocated_after"]) == KeptOnDeviceMeter.KEPT_SAMPLES + 10
     assert record["hits"] == KeptOnDeviceMeter.KEPT_SAMPLES + 10
+
+
+def test_default_device_meter_records_the_selected_gpu_and_leaves_cuda_alone(monkeypatch):
+    from memlint.verify.meters import DefaultDeviceMeter
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    meter = DefaultDeviceMeter(CPU)
+    meter.enter()
+    torch.zeros(10)
+    meter.exit()
+    record = meter.result()
+    assert record["selected"] == "cuda:1" and record["hits"] == 1
+    assert record["samples"] == [{"new_contexts": [], "allocated_delta": {},
+                                  "current_device": None}]
+    assert not torch.cuda.is_initialized()
+    monkeypatch.delenv("LOCAL_RANK")
+    assert DefaultDeviceMeter(CPU).result()["selected"] is None

@@ -221,6 +221,20 @@ class Context:
                 return scope.sites.get(name)
         return None
 
+    def branch_values(self, name: str) -> list[cst.BaseExpression]:
+        """Every value `name` may hold here: the last one bound, and those
+        bound in the other branches of the same `if` chain before it
+        (`device = torch.device("cuda", rank)` / `else: device = "cuda"`)."""
+        site = self.binding_site(name)
+        if site is None:
+            value = self.binding(name)
+            return [] if value is None else [value]
+        values = [site.value]
+        while site.previous is not None and _other_branch(site.previous.branches, site.branches):
+            site = site.previous
+            values.append(site.value)
+        return values
+
     def resolve(self, node: cst.BaseExpression, depth: int = 4) -> cst.BaseExpression:
         """Follow `x = <expr>` bindings of plain or dotted names a few steps."""
         seen = 0

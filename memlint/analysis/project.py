@@ -34,6 +34,9 @@ _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: Words that show a file may put something on a CUDA device (in its lower-cased
 #: text: substring tests cost a fraction of one case-blind regular expression).
 _CUDA_WORDS = ("cuda", "nccl", "accelerator", "set_default_device", "local_rank")
+#: last parts of the calls `gpu_selection.sets_current_device` knows (a screen)
+_SETTER_TAILS = ("set_device", "set_device_index", "set_device_idx", "Accelerator",
+                 "PartialState", "initialize", "init_distributed", "setdefault", "putenv")
 _TO_ORDINAL = re.compile(r"\.to\(\s*0\s*[,)]")
 
 
@@ -98,6 +101,12 @@ class ModuleFacts:
     #: classes whose `forward` is decorated `@torch.no_grad()` (or
     #: `inference_mode`): calling one records no graph
     grad_off_forwards: set[str] = field(default_factory=set)
+    #: functions (by name) that make a GPU the current device for the rest of
+    #: the process (`torch.cuda.set_device`, `CUDA_VISIBLE_DEVICES`): a
+    #: `utils.init_distributed_mode(args)` another file calls first (MEM008)
+    device_setters: set[str] = field(default_factory=set)
+    #: the functions it defines outside other functions (methods too), by name
+    defines: set[str] = field(default_factory=set)
 
 
 _CPU_DEFAULT_OPTION = re.compile(
@@ -229,6 +238,8 @@ class FactCollector:
         self._relative: dict[str, str] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if not self._functions:
+            self.facts.defines.add(node.name.value)
         self._functions.append(([], [False]))
         class_def = self.ctx.class_def
         if node.name.value == "forward" and class_def is not None and any(
@@ -262,12 +273,31 @@ class FactCollector:
         written = dotted_name(node.func)
         if written is None:
             return
+        if written.endswith(_SETTER_TAILS):
+            self._note_device_setter(node)
         if written.endswith(".add_argument"):
             self._note_cuda_option(node)
         callee = self.ctx.names.qualify_name(written) or self._relatively(written) or written
         if callee.startswith(("self.", "cls.", "torch.")):
             return
         self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if type(node.targets[0].target) is cst.Subscript:
+            self._note_device_setter(node)
+
+    def _note_device_setter(self, node: cst.CSTNode) -> None:
+        # imported here: gpu_selection stands on devices, which stands on this module
+        from memlint.analysis.gpu_selection import sets_current_device
+
+        function = self.ctx.function
+        if function is not None and sets_current_device(node, self.ctx):
+            self.facts.device_setters.add(function.name.value)
+
+    def imported_name(self, written: str) -> str | None:
+        """A called name as its import names it: `init_dist` -> `utils.dist.init_dist`,
+        `misc.setup` -> `.misc.setup` (relative); None for the file's own names."""
+        return self.ctx.names.qualify_name(written) or self._relatively(written)
 
     def _relatively(self, written: str) -> str | None:
         head, _, rest = written.partition(".")
@@ -468,6 +498,31 @@ class UnlessImportedFunctionsKeepNoHistory(Condition):
         return True
 
 
+@dataclass(frozen=True)
+class UnlessHelpersSetDevice(Condition):
+    """A use of the default GPU after calls into other modules
+    (`init_distributed_mode(args)` from `util/misc.py`): dropped when one of
+    them is a project function that makes a GPU current (`device_setters`),
+    or when one whose name is about distributed setup is not the project's
+    to read (a library's `init_dist`): what it does cannot be known."""
+
+    module: str
+    #: (the module as the import names it: `util.misc`, `.dist`; the function)
+    functions: tuple[tuple[str, str], ...]
+
+    def drops(self, project: Project) -> bool:
+        for imported, function in self.functions:
+            targets = project.defining(self.module, imported, function)
+            if any(function in project.facts_of(t).device_setters for t in targets):
+                return True
+            if not targets and _SETUP_NAME.search(function.lower()):
+                return True
+        return False
+
+
+_SETUP_NAME = re.compile(r"dist|rank|gpu|device|cuda|launch|ddp|process_group|^setup$")
+
+
 class Project:
     """Every file's facts, with the queries conditions ask."""
 
@@ -596,6 +651,15 @@ class Project:
         return [self._by_name[target].returns[function]
                 for target in self._resolve_import(importer, imported)
                 if function in self._by_name[target].returns]
+
+    def defining(self, importer: str, imported: str, function: str) -> list[str]:
+        """The checked modules that `importer` names as `imported` and that
+        define `function` at top level."""
+        return [target for target in self._resolve_import(importer, imported)
+                if function in self._by_name[target].defines]
+
+    def facts_of(self, module: str) -> ModuleFacts:
+        return self._by_name[module]
 
     def settle(self, findings: Iterable[Finding]) -> list[Finding]:
         """The findings that stand once the project is known, sorted."""

@@ -300,6 +300,36 @@ def judge_load_device(record: dict, facts: RunFacts) -> Judgement:
                      "(the checkpoint was saved from there)", numbers)
 
 
+def judge_default_device(record: dict, facts: RunFacts) -> Judgement:
+    """MEM008: the line created a CUDA context, or left bytes, on a GPU other
+    than the one its process selected (`LOCAL_RANK`)."""
+    samples = record.get("samples", [])
+    selected = record.get("selected")
+    contexts = sorted({d for s in samples for d in s["new_contexts"]})
+    kept: dict[str, int] = {}
+    for sample in samples:
+        for device, delta in sample["allocated_delta"].items():
+            kept[device] = max(kept.get(device, 0), delta)
+    numbers = {"hits": record["hits"], "selected": selected, "new_contexts": contexts,
+               "allocated_delta_max": kept, "device_count": record.get("device_count", 0)}
+    used = ", ".join([f"a CUDA context on {d}" for d in contexts] +
+                     [f"{human_bytes(n)} on {d}" for d, n in sorted(kept.items()) if n > 0]) \
+        or "nothing on any GPU"
+    if not record.get("device_count"):
+        return Judgement(NOT_CONFIRMED, "no CUDA device in this run", numbers)
+    if selected is None:
+        return Judgement(NOT_CONFIRMED, f"the line left {used}, but this process selected no "
+                         "GPU (no LOCAL_RANK): run it with --nproc-per-node 2 to compare", numbers)
+    missing = int(selected.split(":")[1]) >= numbers["device_count"]
+    elsewhere = [d for d in contexts if d != selected] + \
+        [d for d, n in kept.items() if d != selected and n >= facts.min_bytes]
+    chose = f"this rank selected {selected} (LOCAL_RANK)" + \
+        (", which this machine does not have" if missing else "")
+    if elsewhere:
+        return Judgement(CONFIRMED, f"{chose}; the line left {used}", numbers)
+    return Judgement(NOT_CONFIRMED, f"{chose}; the line left {used}", numbers)
+
+
 JUDGES = {
     "MEM001": judge_whole_dataset,
     "MEM002": judge_worker_cuda,
@@ -308,6 +338,7 @@ JUDGES = {
     "MEM005": judge_pin_memory,
     "MEM006": judge_grad_mode,
     "MEM007": judge_load_device,
+    "MEM008": judge_default_device,
     "MEM009": judge_kept_on_device,
     "MEM010": judge_kept_on_device,
 }

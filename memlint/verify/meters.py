@@ -559,6 +559,55 @@ class WorkerHitsMeter(Meter):
             super().exit()
 
 
+# -- MEM008 -------------------------------------------------------------------
+
+class DefaultDeviceMeter(Meter):
+    """The GPUs on which the statement created a CUDA context or left bytes
+    allocated, and the GPU this process selected (`cuda:LOCAL_RANK` under a
+    launcher). It never touches CUDA itself before the program has: reading
+    `memory_allocated` would not create a context, but an uninitialised
+    CUDA is left to the program to initialise."""
+
+    SAMPLES = 16
+
+    def __init__(self, device: Device) -> None:
+        super().__init__(device)
+        rank = os.environ.get("LOCAL_RANK")
+        self.selected = f"cuda:{rank}" if rank is not None and rank.isdigit() else None
+        self.samples: list[dict] = []
+        self.before: tuple[set[str], dict[str, int]] = (set(), {})
+
+    @staticmethod
+    def _state() -> tuple[set[str], dict[str, int]]:
+        """(devices with a CUDA context, bytes allocated on each of them)."""
+        if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return set(), {}
+        has_context = getattr(torch._C, "_cuda_hasPrimaryContext", None)
+        indices = [i for i in range(torch.cuda.device_count())
+                   if has_context is None or has_context(i)]
+        return ({f"cuda:{i}" for i in indices},
+                {f"cuda:{i}": torch.cuda.memory_allocated(i) for i in indices})
+
+    def enter(self) -> None:
+        self.before = self._state()
+
+    def exit(self) -> None:
+        super().exit()
+        if len(self.samples) >= self.SAMPLES:
+            return
+        contexts, allocated = self._state()
+        old_contexts, old_allocated = self.before
+        self.samples.append({
+            "new_contexts": sorted(contexts - old_contexts),
+            "allocated_delta": {d: n - old_allocated.get(d, 0) for d, n in allocated.items()
+                                if n != old_allocated.get(d, 0)},
+            "current_device": f"cuda:{torch.cuda.current_device()}" if contexts else None})
+
+    def result(self) -> dict:
+        return {**super().result(), "selected": self.selected, "samples": self.samples,
+                "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+
+
 METERS: dict[str, type[Meter]] = {
     "MEM001": DeviceBytesMeter,
     "MEM002": WorkerHitsMeter,
@@ -567,6 +616,7 @@ METERS: dict[str, type[Meter]] = {
     "MEM005": LoaderCopyMeter,
     "MEM006": GradModeMeter,
     "MEM007": LoadedDevicesMeter,
+    "MEM008": DefaultDeviceMeter,
     "MEM009": KeptOnDeviceMeter,  # the container the hook adds to, per forward
     "MEM010": KeptOnDeviceMeter,
 }

@@ -1,0 +1,280 @@
+"""Which GPU a process means to use, and which code ignores that choice.
+
+A program run as one process per GPU (torchrun, `mp.spawn`, a `--gpu`
+option) picks its device per process. PyTorch's *default* device is the
+current one, cuda:0 until `torch.cuda.set_device` changes it: `.cuda()`,
+`"cuda"`, `map_location="cuda"` and `torch.cuda.synchronize()` all mean
+cuda:0 in every rank that has not called it. This module owns three facts:
+where the program selects a GPU, where it makes the selection current, and
+which calls put memory on the current device. Answers are about the code as
+written; `MEM008` decides what they add up to.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from memlint.analysis.context import Context
+from memlint.analysis.devices import cuda_tensor_type, string_value
+from memlint.analysis.names import call_arg, dotted_name
+
+#: Calls that make a device the current one for the rest of the process.
+SETS_CURRENT_DEVICE = {"torch.cuda.set_device", "torch.accelerator.set_device_index",
+                       "torch.accelerator.set_device_idx",
+                       # these call set_device for the rank they run in
+                       "accelerate.Accelerator", "accelerate.accelerator.Accelerator",
+                       "accelerate.PartialState", "deepspeed.initialize",
+                       "deepspeed.init_distributed", "deepspeed.comm.init_distributed"}
+#: Calls that create a CUDA context (or memory) on the current device when
+#: given none: measured on an H100, torch 2.11, each in a fresh process.
+#: `empty_cache`, `manual_seed`, `memory_allocated`, `get_device_properties`,
+#: `current_device` were measured not to, so they are not here.
+_CONTEXT_ON_CURRENT = {"torch.cuda.synchronize": "device", "torch.cuda.mem_get_info": "device",
+                       "torch.cuda.Stream": "device", "torch.cuda.current_stream": "device"}
+#: Calls that run one process per GPU, or join such a group.
+#: (`mp.spawn` alone is not: Hogwild and RPC examples spawn CPU workers and
+#: let one of them use the GPU.)
+_RUNS_PER_GPU = {"torch.distributed.init_process_group", "deepspeed.initialize",
+                 "deepspeed.init_distributed", "torch.distributed.launcher.api.elastic_launch"}
+#: Environment variables a launcher sets per process.
+_RANK_VARIABLES = {"LOCAL_RANK", "RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
+                   "MPI_LOCALRANKID"}
+#: A name that holds a GPU index: `local_rank`, `args.gpu`, `rank`, `gpu_id`.
+_INDEX_NAME = re.compile(r"(^|_)(local_?rank|rank|gpus?|gpu_?ids?|device_?ids?|gpu_?index)$")
+_CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
+
+
+def _environ_key(node: cst.BaseExpression, ctx: Context) -> str | None:
+    """`"LOCAL_RANK"` of `os.environ["LOCAL_RANK"]`, `os.environ.get(...)`, `os.getenv(...)`."""
+    if type(node) is cst.Subscript:
+        if ctx.qualify(node.value) != "os.environ" or len(node.slice) != 1:
+            return None
+        index = node.slice[0].slice
+        return string_value(index.value) if type(index) is cst.Index else None
+    if type(node) is cst.Call and node.args:
+        qualified = ctx.qualify(node.func)
+        if qualified in ("os.getenv", "os.environ.get", "os.environ.setdefault"):
+            return string_value(node.args[0].value)
+    return None
+
+
+BY_INDEX = "picks a CUDA device by index"
+
+
+def selects_a_gpu(node: cst.CSTNode, ctx: Context) -> str | None:
+    """What in `node` shows the program picks a GPU per process (None if
+    nothing): a launcher's rank read from the environment, a process group,
+    (the whole program runs as ranks), or
+    a CUDA device indexed by a variable (`BY_INDEX`: a choice made where it
+    is written). `torch.cuda.set_device` alone is not one: a DataLoader
+    worker's `worker_init_fn` may call it, and the main process picks nothing."""
+    if type(node) is cst.Subscript:
+        return "reads the rank its launcher set" if _environ_key(node, ctx) in _RANK_VARIABLES \
+            else None
+    if type(node) is cst.FormattedString:
+        text = string_value(node) or ""
+        return BY_INDEX if text.lower().strip().startswith("cuda:") \
+            and len(node.parts) > 1 else None
+    if type(node) is not cst.Call:
+        return None
+    if _environ_key(node, ctx) in _RANK_VARIABLES:
+        return "reads the rank its launcher set"
+    qualified = ctx.qualify(node.func) or ""
+    if qualified in _RUNS_PER_GPU:
+        return f"runs one process per GPU ({qualified.rsplit('.', 1)[-1]})"
+    func = node.func
+    if type(func) is cst.Attribute:
+        method = func.attr.value
+        if method == "format":  # `"cuda:{}".format(args.gpu)`
+            template = (string_value(func.value) or "").lower()
+            return BY_INDEX if template.startswith("cuda:") \
+                and "{" in template else None
+        if method == "cuda" and node.args and node.args[0].keyword is None:
+            return BY_INDEX if _index_like(node.args[0].value) else None
+    if qualified == "torch.device" and len(node.args) >= 2 and _index_like(node.args[1].value):
+        return BY_INDEX
+    return None
+
+
+def _index_like(node: cst.BaseExpression) -> bool:
+    """A variable that holds a GPU index: `args.gpu`, `local_rank`, `rank % n`."""
+    if type(node) is cst.BinaryOperation:
+        return _index_like(node.left)
+    name = dotted_name(node)
+    return name is not None and bool(_INDEX_NAME.search(name.rsplit(".", 1)[-1].lower()))
+
+
+def sets_current_device(node: cst.CSTNode, ctx: Context) -> bool:
+    """`torch.cuda.set_device(i)`, `os.environ["CUDA_VISIBLE_DEVICES"] = ...`,
+    or a library call that makes the rank's GPU current (`Accelerator()`)."""
+    if type(node) is cst.Call:
+        qualified = ctx.qualify(node.func)
+        if qualified in SETS_CURRENT_DEVICE:
+            return True
+        return qualified in ("os.environ.setdefault", "os.putenv") and bool(node.args) \
+            and string_value(node.args[0].value) == _CUDA_VISIBLE
+    if type(node) is cst.Assign:
+        return any(type(t.target) is cst.Subscript and _environ_key(t.target, ctx) == _CUDA_VISIBLE
+                   for t in node.targets)
+    return False
+
+
+def under_device_guard(ctx: Context) -> bool:
+    """Inside `with torch.cuda.device(i):`: "cuda" there means GPU i."""
+    for ancestor in ctx.ancestors:
+        if type(ancestor) is cst.With and any(
+                type(item.item) is cst.Call
+                and ctx.qualify(item.item.func) in ("torch.cuda.device", "torch.cuda.device_of")
+                for item in ancestor.items):
+            return True
+    return False
+
+
+def default_device_use(call: cst.Call, ctx: Context) -> str | None:
+    """How `call` puts memory (or a CUDA context) on the *current* device,
+    as a short phrase, or None: `.cuda()` with no index, a move to or a
+    tensor made on `"cuda"`, `torch.load(..., map_location="cuda")`,
+    `torch.cuda.synchronize()`."""
+    func = call.func
+    if type(func) is cst.Attribute:
+        method = func.attr.value
+        if method == "cuda":
+            if (ctx.qualify(func.value) or "").startswith("torch"):
+                return None  # `torch.cuda` the module
+            device = call_arg(call, "device", position=0)
+            if device is None:
+                return ".cuda() without an index"
+            return "to 'cuda' without an index" if unindexed_cuda(device.value, ctx) else None
+        if method == "to":
+            device = call_arg(call, "device", position=0)
+            return "to 'cuda' without an index" \
+                if device is not None and unindexed_cuda(device.value, ctx) else None
+        if method == "type" and call.args and cuda_tensor_type(call.args[0].value, ctx):
+            return "a torch.cuda tensor type, made on the current device"
+    qualified = ctx.qualify(func)
+    if qualified is None or not qualified.startswith("torch"):
+        return None
+    if qualified in _CONTEXT_ON_CURRENT:
+        device = call_arg(call, _CONTEXT_ON_CURRENT[qualified], position=0)
+        return f"{qualified}() with no device, which creates a CUDA context on the current one" \
+            if device is None or unindexed_cuda(device.value, ctx) else None
+    if qualified == "torch.load":
+        target = call_arg(call, "map_location", position=1)
+        return "map_location 'cuda' without an index" \
+            if target is not None and unindexed_cuda(target.value, ctx) else None
+    if cuda_tensor_type(func, ctx):
+        return "a torch.cuda tensor type, made on the current device"
+    device = call_arg(call, "device")
+    if device is not None and unindexed_cuda(device.value, ctx):
+        return "made on 'cuda' without an index"
+    return None
+
+
+def unindexed_cuda(node: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool:
+    """`"cuda"`, `torch.device("cuda")`, `"cuda" if available else "cpu"`, or
+    a name this file binds to one: a CUDA device that is whichever is current.
+    False where it is indexed, not CUDA, or cannot be told."""
+    if depth > 5:
+        return False
+    text = string_value(node)
+    if text is not None:
+        return type(node) is not cst.FormattedString and text.strip().lower() == "cuda"
+    if type(node) is cst.IfExp:
+        arms = (node.body, node.orelse)
+        return any(unindexed_cuda(arm, ctx, depth + 1) for arm in arms) and not any(
+            _indexed_or_unknown_cuda(arm, ctx) for arm in arms)
+    if type(node) is cst.Call:
+        if ctx.qualify(node.func) != "torch.device" or not node.args:
+            return False
+        has_index = len(node.args) > 1 or call_arg(node, "index") is not None
+        return not has_index and unindexed_cuda(node.args[0].value, ctx, depth + 1)
+    name = dotted_name(node)
+    if name is None:
+        return False
+    values = ctx.branch_values(name)  # each branch's device must be the current one
+    return bool(values) and all(v is not node and unindexed_cuda(v, ctx, depth + 1)
+                                for v in values)
+
+
+def _indexed_or_unknown_cuda(node: cst.BaseExpression, ctx: Context) -> bool:
+    """An arm of `a if c else b` that may be an indexed CUDA device (`f"cuda:{rank}"`)."""
+    text = string_value(node)
+    if text is not None:
+        lowered = text.strip().lower()
+        return lowered.startswith("cuda") and lowered != "cuda"
+    return type(node) not in (cst.Call, cst.Name, cst.Attribute)
+
+
+#: `if` tests whose truth means one process (or rank 0 only), and those whose
+#: truth means several: in the first, the default device is the rank's own.
+_DISTRIBUTED_FLAGS = re.compile(r"(^|_)(distributed|ddp|is_distributed|use_ddp|"
+                                r"multiprocessing_distributed|is_dist|dist_training)$")
+_MAIN_PROCESS_CALLS = re.compile(r"(^|_)(is_main_process|is_master|is_rank_zero|main_process|"
+                                 r"is_primary|is_local_master)$")
+
+
+def single_process_test(test: cst.BaseExpression) -> bool | None:
+    """True if `test` holds only in a single-process run or on rank 0
+    (`local_rank == -1`, `not args.distributed`, `rank == 0`,
+    `is_main_process()`), False if it holds only when the program runs as
+    several ranks (`args.distributed`, `local_rank != -1`), None otherwise."""
+    if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+        inner = single_process_test(test.expression)
+        return None if inner is None else not inner
+    if type(test) is cst.BooleanOperation:
+        sides = (single_process_test(test.left), single_process_test(test.right))
+        if type(test.operator) is cst.And:
+            return True if True in sides else False if False in sides else None
+        return None
+    if type(test) is cst.Call:
+        name = dotted_name(test.func) or ""
+        if _MAIN_PROCESS_CALLS.search(name.rsplit(".", 1)[-1]):
+            return True
+        if name.rsplit(".", 1)[-1] == "is_initialized":
+            return False
+        return None
+    name = dotted_name(test)
+    if name is not None:
+        last = name.rsplit(".", 1)[-1].lower()
+        if _DISTRIBUTED_FLAGS.search(last):
+            return False
+        if _MAIN_PROCESS_CALLS.search(last):
+            return True
+        return None
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1:
+        return None
+    left = test.left
+    left_name = dotted_name(left.func if type(left) is cst.Call else left) or ""
+    last = left_name.rsplit(".", 1)[-1].lower()
+    target = test.comparisons[0]
+    operator, right = type(target.operator), _number_set(target.comparator)
+    if right is None:
+        return None
+    if "rank" in last:
+        if operator in (cst.Equal, cst.In, cst.LessThanEqual, cst.LessThan):
+            return right <= {-1, 0} if operator in (cst.Equal, cst.In) else max(right) <= 0
+        if operator is cst.NotEqual and right == {-1}:
+            return False
+        return None
+    if "world_size" in last or last in ("num_gpus", "ngpus", "world"):
+        if operator is cst.Equal and right == {1} or operator is cst.LessThanEqual and right == {1} \
+                or operator is cst.LessThan and right == {2}:
+            return True
+        if operator is cst.GreaterThan and right == {1}:
+            return False
+    return None
+
+
+def _number_set(node: cst.BaseExpression) -> set[int] | None:
+    """`0` -> {0}, `-1` -> {-1}, `(-1, 0)` / `[-1, 0]` -> {-1, 0}."""
+    if type(node) in (cst.Tuple, cst.List, cst.Set):
+        values = [_number_set(e.value) for e in node.elements]
+        return None if None in values else set().union(*values)
+    if type(node) is cst.Integer:
+        return {int(node.value)}
+    if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus \
+            and type(node.expression) is cst.Integer:
+        return {-int(node.expression.value)}
+    return None
