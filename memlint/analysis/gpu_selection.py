@@ -32,7 +32,7 @@ SETS_CURRENT_DEVICE = {"torch.cuda.set_device", "torch.accelerator.set_device_in
 #: `empty_cache`, `manual_seed`, `memory_allocated`, `get_device_properties`,
 #: `current_device` were measured not to, so they are not here.
 _CONTEXT_ON_CURRENT = {"torch.cuda.synchronize": "device", "torch.cuda.mem_get_info": "device",
-                       "torch.cuda.Stream": "device", "torch.cuda.current_stream": "device"}
+                       "torch.cuda.Stream": "device"}
 #: Calls that run one process per GPU, or join such a group.
 #: (`mp.spawn` alone is not: Hogwild and RPC examples spawn CPU workers and
 #: let one of them use the GPU.)
