@@ -1,7 +1,7 @@
 """Which GPU a process means to use, and which code ignores that choice.
 
-A program run as one process per GPU (torchrun, `mp.spawn`, a `--gpu`
-option) picks its device per process. PyTorch's *default* device is the
+A program run as one process per GPU (torchrun, a launcher's rank, a
+device indexed by `args.gpu`) picks its device per process. PyTorch's *default* device is the
 current one, cuda:0 until `torch.cuda.set_device` changes it: `.cuda()`,
 `"cuda"`, `map_location="cuda"` and `torch.cuda.synchronize()` all mean
 cuda:0 in every rank that has not called it. This module owns three facts:
@@ -18,15 +18,9 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.devices import cuda_tensor_type, string_value
-from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.names import (SETS_CURRENT_DEVICE, SETS_ENVIRONMENT, call_arg,
+                                    dotted_name)
 
-#: Calls that make a device the current one for the rest of the process.
-SETS_CURRENT_DEVICE = {"torch.cuda.set_device", "torch.accelerator.set_device_index",
-                       "torch.accelerator.set_device_idx",
-                       # these call set_device for the rank they run in
-                       "accelerate.Accelerator", "accelerate.accelerator.Accelerator",
-                       "accelerate.PartialState", "deepspeed.initialize",
-                       "deepspeed.init_distributed", "deepspeed.comm.init_distributed"}
 #: Calls that create a CUDA context (or memory) on the current device when
 #: given none: measured on an H100, torch 2.11, each in a fresh process.
 #: `empty_cache`, `manual_seed`, `memory_allocated`, `get_device_properties`,
@@ -65,10 +59,9 @@ BY_INDEX = "picks a CUDA device by index"
 
 def selects_a_gpu(node: cst.CSTNode, ctx: Context) -> str | None:
     """What in `node` shows the program picks a GPU per process (None if
-    nothing): a launcher's rank read from the environment, a process group,
-    (the whole program runs as ranks), or
-    a CUDA device indexed by a variable (`BY_INDEX`: a choice made where it
-    is written). `torch.cuda.set_device` alone is not one: a DataLoader
+    nothing): a launcher's rank read from the environment or a process group
+    (the whole program runs as ranks), or a CUDA device indexed by a
+    variable (`BY_INDEX`: a choice made where it is written). `torch.cuda.set_device` alone is not one: a DataLoader
     worker's `worker_init_fn` may call it, and the main process picks nothing."""
     if type(node) is cst.Subscript:
         return "reads the rank its launcher set" if _environ_key(node, ctx) in _RANK_VARIABLES \
@@ -113,7 +106,7 @@ def sets_current_device(node: cst.CSTNode, ctx: Context) -> bool:
         qualified = ctx.qualify(node.func)
         if qualified in SETS_CURRENT_DEVICE:
             return True
-        return qualified in ("os.environ.setdefault", "os.putenv") and bool(node.args) \
+        return qualified in SETS_ENVIRONMENT and bool(node.args) \
             and string_value(node.args[0].value) == _CUDA_VISIBLE
     if type(node) is cst.Assign:
         return any(type(t.target) is cst.Subscript and _environ_key(t.target, ctx) == _CUDA_VISIBLE

@@ -27,16 +27,13 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.module_index import names_grad_off
-from memlint.analysis.names import dotted_name
+from memlint.analysis.names import DEVICE_SETTER_TAILS, dotted_name
 from memlint.finding import Finding, Related
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: Words that show a file may put something on a CUDA device (in its lower-cased
 #: text: substring tests cost a fraction of one case-blind regular expression).
 _CUDA_WORDS = ("cuda", "nccl", "accelerator", "set_default_device", "local_rank")
-#: last parts of the calls `gpu_selection.sets_current_device` knows (a screen)
-_SETTER_TAILS = ("set_device", "set_device_index", "set_device_idx", "Accelerator",
-                 "PartialState", "initialize", "init_distributed", "setdefault", "putenv")
 _TO_ORDINAL = re.compile(r"\.to\(\s*0\s*[,)]")
 
 
@@ -273,11 +270,11 @@ class FactCollector:
         written = dotted_name(node.func)
         if written is None:
             return
-        if written.endswith(_SETTER_TAILS):
+        if written.endswith(DEVICE_SETTER_TAILS):
             self._note_device_setter(node)
         if written.endswith(".add_argument"):
             self._note_cuda_option(node)
-        callee = self.ctx.names.qualify_name(written) or self._relatively(written) or written
+        callee = self.imported_name(written) or written
         if callee.startswith(("self.", "cls.", "torch.")):
             return
         self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written))
@@ -287,11 +284,13 @@ class FactCollector:
             self._note_device_setter(node)
 
     def _note_device_setter(self, node: cst.CSTNode) -> None:
+        function = self.ctx.function
+        if function is None:
+            return
         # imported here: gpu_selection stands on devices, which stands on this module
         from memlint.analysis.gpu_selection import sets_current_device
 
-        function = self.ctx.function
-        if function is not None and sets_current_device(node, self.ctx):
+        if sets_current_device(node, self.ctx):
             self.facts.device_setters.add(function.name.value)
 
     def imported_name(self, written: str) -> str | None:
@@ -513,7 +512,7 @@ class UnlessHelpersSetDevice(Condition):
     def drops(self, project: Project) -> bool:
         for imported, function in self.functions:
             targets = project.defining(self.module, imported, function)
-            if any(function in project.facts_of(t).device_setters for t in targets):
+            if any(function in facts.device_setters for facts in targets):
                 return True
             if not targets and _SETUP_NAME.search(function.lower()):
                 return True
@@ -652,14 +651,11 @@ class Project:
                 for target in self._resolve_import(importer, imported)
                 if function in self._by_name[target].returns]
 
-    def defining(self, importer: str, imported: str, function: str) -> list[str]:
-        """The checked modules that `importer` names as `imported` and that
-        define `function` at top level."""
-        return [target for target in self._resolve_import(importer, imported)
-                if function in self._by_name[target].defines]
-
-    def facts_of(self, module: str) -> ModuleFacts:
-        return self._by_name[module]
+    def defining(self, importer: str, imported: str, function: str) -> list[ModuleFacts]:
+        """The facts of the checked modules that `importer` names as
+        `imported` and that define `function` at top level."""
+        return [facts for facts in map(self._by_name.get, self._resolve_import(importer, imported))
+                if function in facts.defines]
 
     def settle(self, findings: Iterable[Finding]) -> list[Finding]:
         """The findings that stand once the project is known, sorted."""

@@ -15,14 +15,15 @@ from memlint.analysis.stores import code
 from memlint.rules.base import Rule
 
 #: callees never worth asking about: they cannot make a GPU current
-_NEVER_SETTERS = ("torch.", "os.", "sys.", "numpy.", "np.", "random.", "time.", "logging.",
-                  "json.", "argparse.", "math.", "print", "len", "int", "str", "float",
-                  "range", "dict", "list", "tuple", "isinstance", "super", "open")
+_NEVER_SETTER_MODULES = ("torch.", "os.", "sys.", "numpy.", "np.", "random.", "time.",
+                         "logging.", "json.", "argparse.", "math.")
+_NEVER_SETTER_BUILTINS = {"print", "len", "int", "str", "float", "range", "dict", "list",
+                          "tuple", "isinstance", "super", "open"}
 
 
 def _asks_nothing(written: str) -> bool:
-    head = written.split(".", 1)[0]
-    return head in _NEVER_SETTERS or written.startswith(_NEVER_SETTERS[:8])
+    return written.split(".", 1)[0] in _NEVER_SETTER_BUILTINS \
+        or written.startswith(_NEVER_SETTER_MODULES)
 
 
 class _Use(NamedTuple):
