@@ -50,3 +50,18 @@ def test_a_helper_memlint_cannot_read_is_said_less_of(tmp_path):
         "from utils import", "from lightning import"))
     assert [f.line for f in check_paths([str(tmp_path)], jobs=1).findings
             if f.code == "MEM008"] == [8]
+
+
+def test_the_screen_passes_every_flagged_example_and_spares_files_without_a_default_use():
+    from memlint.rules.implicit_default_gpu import ImplicitDefaultGpu as Rule
+
+    def wants(text: str) -> bool:
+        return Rule.wants(text, text.lower())
+
+    assert all(wants(example) for example in Rule.INVALID)
+    # picks a GPU, but every use names it: nothing to walk for
+    assert not wants("import os, torch\nlocal_rank = int(os.environ['LOCAL_RANK'])\n"
+                     "model = Net().cuda(local_rank)\n")
+    # uses the default device, but never picks one
+    assert not wants("import torch\nmodel = Net().cuda()\n")
+    assert wants("import os\nrank = int(os.environ['RANK'])\nx = torch.ones(2, device='CUDA')\n")

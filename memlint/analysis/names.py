@@ -23,6 +23,8 @@ SETS_CURRENT_DEVICE = frozenset({
     "deepspeed.initialize", "deepspeed.init_distributed", "deepspeed.comm.init_distributed"})
 #: Calls that set CUDA_VISIBLE_DEVICES in the environment.
 SETS_ENVIRONMENT = frozenset({"os.environ.setdefault", "os.putenv"})
+#: The environment variable that hides every GPU but the chosen ones.
+CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
 #: The last parts of both: a cheap screen before qualifying a call.
 DEVICE_SETTER_TAILS = tuple(sorted({q.rsplit(".", 1)[-1]
                                     for q in SETS_CURRENT_DEVICE | SETS_ENVIRONMENT}))

@@ -27,7 +27,7 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.module_index import names_grad_off
-from memlint.analysis.names import DEVICE_SETTER_TAILS, dotted_name
+from memlint.analysis.names import CUDA_VISIBLE, DEVICE_SETTER_TAILS, dotted_name
 from memlint.finding import Finding, Related
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -102,8 +102,9 @@ class ModuleFacts:
     #: the process (`torch.cuda.set_device`, `CUDA_VISIBLE_DEVICES`): a
     #: `utils.init_distributed_mode(args)` another file calls first (MEM008)
     device_setters: set[str] = field(default_factory=set)
-    #: the functions it defines outside other functions (methods too), by name
-    defines: set[str] = field(default_factory=set)
+    #: the functions it defines at top level, by name (read from its text, so
+    #: that a file no rule parses still answers "does it define this helper")
+    defines: frozenset[str] = frozenset()
 
 
 _CPU_DEFAULT_OPTION = re.compile(
@@ -174,6 +175,14 @@ def imported_modules(source: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+_TOP_LEVEL_DEF = re.compile(r"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)
+
+
+def top_level_functions(source: str) -> frozenset[str]:
+    """The names of the functions a file defines at column 0."""
+    return frozenset(_TOP_LEVEL_DEF.findall(source))
+
+
 def runs_distributed(source: str, lowered: str | None = None) -> bool:
     lowered = source.lower() if lowered is None else lowered
     return any(word in lowered for word in _DISTRIBUTED_WORDS)
@@ -235,8 +244,6 @@ class FactCollector:
         self._relative: dict[str, str] = {}
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if not self._functions:
-            self.facts.defines.add(node.name.value)
         self._functions.append(([], [False]))
         class_def = self.ctx.class_def
         if node.name.value == "forward" and class_def is not None and any(
@@ -259,6 +266,12 @@ class FactCollector:
         for method, grad_off in methods:
             if method != node.name.value:  # `def evaluate_actions(): return self.actor.evaluate_actions()`
                 calls[method] = calls.get(method, True) and (trains[0] or grad_off)
+
+    @staticmethod
+    def needs_walk(source: str) -> bool:
+        """Whether the file holds facts only a walk finds even where no rule
+        wants it: a helper that makes a GPU current, for MEM008 in its callers."""
+        return CUDA_VISIBLE in source or any(tail in source for tail in DEVICE_SETTER_TAILS)
 
     @classmethod
     def of(cls, ctx: Context) -> FactCollector | None:

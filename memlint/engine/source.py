@@ -1,6 +1,6 @@
 """check_source: one file's text to its findings, the step every surface shares.
 
-Per file: a text pre-filter picks the rules whose keywords occur (a file no
+Per file: a text pre-filter picks the rules that could fire (`Rule.wants`) (a file no
 selected rule can fire on is never parsed), one libcst parse, one walk for all
 of them, positions computed only when something was reported.
 """
@@ -21,7 +21,7 @@ from memlint.analysis.flows import ValueFlows
 from memlint.analysis.names import ImportTable
 from memlint.analysis.project import (FactCollector, ModuleFacts, Project, cpu_default_options,
                                       imported_modules, mentions_cuda, module_name,
-                                      runs_distributed)
+                                      runs_distributed, top_level_functions)
 from memlint.analysis.walker import handlers_for, walk
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
@@ -69,10 +69,11 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
     facts = ModuleFacts(path, module_name(path) if module is None else module,
                         mentions_cuda(source, lowered), runs_distributed(source, lowered),
                         imported_modules(source), ".cuda(" in source or ".to(" in source,
-                        cpu_default_options=cpu_default_options(source))
+                        cpu_default_options=cpu_default_options(source),
+                        defines=top_level_functions(source))
     rule_types = [r for r in ALL_RULES
-                  if r.code in selected and any(k in source for k in r.keywords)]
-    if not rule_types:
+                  if r.code in selected and r.wants(source, lowered)]
+    if not rule_types and not FactCollector.needs_walk(source):
         return _syntax_check_only(source, path), facts
     with _collector_paused():
         return _check_parsed(source, path, settings, noqa, rule_types, facts), facts

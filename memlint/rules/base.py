@@ -69,6 +69,13 @@ class Rule:
                 return ancestor
         return None
 
+    @classmethod
+    def wants(cls, source: str, lowered: str) -> bool:
+        """Whether the file's text (and its lower-cased copy) could hold a
+        finding: the screen that spares the parse and the walk. A rule that
+        needs two things in one file overrides it."""
+        return any(k in source for k in cls.keywords)
+
     def finish(self) -> None:
         """Called once after the whole module was walked: rules that need
         facts from the whole file (call sites, loaders vs device moves) report here."""

@@ -6,7 +6,8 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from memlint.analysis.gpu_selection import (BY_INDEX, default_device_use, selects_a_gpu,
+from memlint.analysis.gpu_selection import (BY_INDEX, SELECTION_MARKERS, default_device_use,
+                                            may_use_default_device, selects_a_gpu,
                                             sets_current_device, single_process_test,
                                             under_device_guard)
 from memlint.analysis.names import dotted_name
@@ -55,7 +56,7 @@ class ImplicitDefaultGpu(Rule):
     code = "MEM008"
     name = "implicit-default-gpu"
     severity = "warning"
-    keywords = ("RANK", "rank", "init_process_group", "spawn", "deepspeed", "cuda:", "gpu")
+    keywords = SELECTION_MARKERS  # lower-cased, and a default-device use too: wants()
 
     VALID = [
         # never picks a GPU: the default device is the one it means
@@ -128,6 +129,10 @@ class ImplicitDefaultGpu(Rule):
         "import torch, torch.distributed as dist\ndist.init_process_group('nccl')\n"
         "x = torch.cuda.FloatTensor(10)",
     ]
+
+    @classmethod
+    def wants(cls, source: str, lowered: str) -> bool:
+        return any(k in lowered for k in cls.keywords) and may_use_default_device(source)
 
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
