@@ -68,3 +68,12 @@ def test_select_and_ignore_apply_over_the_projects_config(tmp_path):
     assert _settings(options).selected_codes(str(script)) >= {"MEM005"}
     assert "MEM007" not in _settings(options).selected_codes(str(script))
     assert "MEM003" not in _settings(options).selected_codes(str(script))
+
+
+def test_a_script_named_alone_runs_without_findings_but_a_directory_skips_it(tmp_path):
+    from memlint.engine.settings import Settings
+    from memlint.verify.runner import runnable_targets
+    clean = tmp_path / "train.py"
+    clean.write_text("import torch\n\nif __name__ == '__main__':\n    print(torch.ones(2))\n")
+    assert runnable_targets([str(clean)], Settings()) == ([(str(clean), [])], [])
+    assert runnable_targets([str(tmp_path)], Settings()) == ([], [])

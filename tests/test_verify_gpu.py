@@ -128,3 +128,23 @@ def test_a_rank_that_lands_on_gpu_0_is_confirmed_and_rank_0_is_not():
     assert rank1.verdict == CONFIRMED and rank1.numbers["selected"] == "cuda:1"
     assert rank1.numbers["new_contexts"] == ["cuda:0"]
     assert rank1.numbers["allocated_delta_max"]["cuda:0"] >= 64 * MiB
+
+
+def test_a_launch_shows_what_each_rank_holds_on_each_gpu():
+    """With two GPUs, the process watch puts rank 1's stray context on cuda:0
+    beside rank 0's own memory there, and rank 1 holds nothing on cuda:1 (the
+    GPU it selected and never used): one line, cuda:0, in the picture."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    from memlint.verify.runner import verify_ranks
+    path = str(FIXTURES / "implicit_default_gpu" / "rank_never_used.py")
+    runs = verify_ranks(path, [], Options(timeout=180, nproc_per_node=2))
+    assert all(run.outcome == {"exit": "completed"} for run in runs), runs[0].log_tail
+    contexts = runs[0].raw["contexts"]
+    rank0, rank1 = (str(run.raw["pid"]) for run in runs)
+    assert sorted(contexts["gpu_timeline"]) == ["cuda:0"]
+    assert contexts["devices_by_pid"][rank1]["cuda:0"] >= 256 * MiB  # a context at least
+    assert sorted(contexts["devices_by_pid"][rank1]) == ["cuda:0"]
+    assert sorted(contexts["devices_by_pid"][rank0]) == ["cuda:0"]
+    together = max(b for _, b in contexts["gpu_timeline"]["cuda:0"])
+    assert together >= contexts["devices_by_pid"][rank0]["cuda:0"] + 256 * MiB

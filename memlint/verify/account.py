@@ -4,8 +4,8 @@ nvidia-smi shows for each process goes.
 For the main process, a thread in the child samples, at the same instant,
 what NVML says the process uses on the device and what PyTorch has reserved
 and allocated there; the account is read at the sample where NVML's figure
-peaked: NVML total = CUDA context (NVML-minus-reserved at the first sample,
-before other libraries add their buffers) + PyTorch reserved (of
+peaked: NVML total = CUDA context (NVML's largest figure before PyTorch's
+first reserve, before other libraries add their buffers) + PyTorch reserved (of
 which allocated) + the rest (other libraries' buffers: cuBLAS workspaces,
 NCCL, a second context). DataLoader workers and other processes of the run
 come from the parent's NVML watch of the child's session; processes on the
@@ -39,8 +39,7 @@ class AccountSampler:
 
     def begin(self) -> None:
         """Sample until `end`. Nothing is allocated for it: the context is read
-        off the first sample (NVML's figure minus reserved, before other
-        libraries add buffers of their own)."""
+        off the samples before PyTorch's first reserve."""
         if self.query is None:
             return
         self.thread = threading.Thread(target=self._sample, daemon=True)
@@ -75,11 +74,17 @@ class AccountSampler:
             return None
         peak = max(self.samples, key=lambda s: s[1])
         last = self.samples[-1]
-        # the first sample, before other libraries add buffers of their own (a
-        # minimum over the run is not: NVML's figure can lag a large reserve)
+        # the context once made, before PyTorch reserved anything and other
+        # libraries added buffers: the largest figure of the samples before the
+        # first reserve (the very first can catch the context half made); a
+        # minimum over the run is not it either: NVML's figure can lag a reserve
+        before = [used for _, used, reserved, _ in self.samples if reserved == 0]
         _, used, reserved, _ = self.samples[0]
-        context = max(used - reserved, 0)
+        context = max(before) if before else max(used - reserved, 0)
+        # two equal figures before the first reserve: the context was whole
+        settled = len(before) >= 2 and before[-1] == before[-2]
         return {"pid": os.getpid(), "device": str(self.device), "context_bytes": context,
+                "context_settled": settled,
                 "at_peak": _row(peak), "at_exit": _row(last),
                 "peak_reserved": max(s[2] for s in self.samples),
                 "peak_allocated": max(s[3] for s in self.samples),
@@ -112,31 +117,42 @@ def _own_usage_query(index: int):
 
 
 def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dict,
-                 ranks: bool = False) -> list[str]:
+                 ranks: bool = False, pid: int | None = None,
+                 device: str | None = None) -> list[str]:
     """The account as text rows: the main process split into its parts, each
     other process of the run (DataLoader workers, or in a launched job of
-    `ranks` the other ranks too), and memory held by processes not ours."""
+    `ranks` the other ranks too), and memory held by processes not ours.
+    `pid` and `device` name the process and its own GPU where its account
+    is empty (a rank that held nothing on its own GPU)."""
     rows = []
     if main is not None:
+        pid, device = main["pid"], main.get("device")
         peak = main["at_peak"]
         context = main.get("context_bytes") or 0
         rest = peak["nvml"] - context - peak["reserved"]
         rows.append(f"  main process (pid {main['pid']}), at its NVML peak "
                     f"{human_bytes(peak['nvml'])} ({peak['t']:.1f} s into the run):")
-        rows.append(f"    CUDA context            {human_bytes(context):>12}")
+        settled = main.get("context_settled", True)
+        rows.append(f"    CUDA context            {human_bytes(context):>12}"
+                    + ("" if settled else "   at least: the script reserved memory before "
+                       "NVML saw the whole context, the rest is in \"other\""))
         rows.append(f"    PyTorch reserved        {human_bytes(peak['reserved']):>12}"
                     f"   of which allocated {human_bytes(peak['allocated'])}")
         rows.append(f"    other (libraries)       {human_bytes(max(rest, 0)):>12}")
         rows.append(f"    run's peaks: reserved {human_bytes(main['peak_reserved'])}, "
                     f"allocated {human_bytes(main['peak_allocated'])}")
-        devices = (contexts or {}).get("devices_by_pid", {}).get(str(main["pid"]), {})
-        for device, used in sorted(devices.items()):
-            if device != main.get("device"):
-                rows.append(f"    also on {device}, not its own GPU: {human_bytes(used)}"
+    elif pid is not None and device is not None:
+        rows.append(f"  main process (pid {pid}): nothing on its own GPU, {device}")
+    if pid is not None:
+        devices = (contexts or {}).get("devices_by_pid", {}).get(str(pid), {})
+        for gpu, used in sorted(devices.items()):
+            if gpu != device:
+                rows.append(f"    also on {gpu}, not its own GPU: {human_bytes(used)}"
                             + (" (a CUDA context, at least)" if used >= 256 * 2**20 else ""))
-    own = str(main["pid"]) if main is not None else None
-    workers = {pid: used for pid, used in (contexts or {}).get("worker_context_bytes", {}).items()
-               if used > 0 and pid != own}
+    own = str(pid) if pid is not None else None
+    workers = {other: used for other, used
+               in (contexts or {}).get("worker_context_bytes", {}).items()
+               if used > 0 and other != own}
     if workers:
         what = "the other ranks, their DataLoader workers" if ranks else "DataLoader workers"
         because = None if ranks else findings_by_code.get("MEM002")
@@ -148,3 +164,37 @@ def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dic
     if foreign:
         rows.append(f"  processes that are not the run's: {human_bytes(foreign)} on the device")
     return rows
+
+
+def gpu_rows(contexts: dict | None, ranks_by_pid: dict[str, int],
+             selected: dict[str, str] | None = None) -> list[str]:
+    """A launched run's memory per GPU: the most the run's processes held
+    there together, and each process's own most (NVML per process, the
+    figure nvidia-smi's `--query-compute-apps` prints), named by rank.
+    `selected` (pid -> the rank's own GPU) adds the GPUs ranks chose and
+    left empty: where their memory should have been."""
+    by_pid = (contexts or {}).get("devices_by_pid") or {}
+    lines = (contexts or {}).get("gpu_timeline") or {}
+    selected = selected or {}
+    gpus = sorted({gpu for devices in by_pid.values() for gpu in devices} | set(lines)
+                  | set(selected.values()))
+    rows = []
+    for gpu in gpus:
+        held = [(pid, devices[gpu]) for pid, devices in sorted(
+            by_pid.items(), key=lambda item: (ranks_by_pid.get(item[0], len(by_pid)), int(item[0])))
+            if gpu in devices]
+        if not held:
+            owners = ", ".join(_process_name(pid, ranks_by_pid)
+                               for pid, own in sorted(selected.items()) if own == gpu)
+            rows.append(f"  {gpu}: nothing from the run, though {owners} selected it")
+            continue
+        together = max((b for _, b in lines.get(gpu, ())), default=sum(b for _, b in held))
+        who = ", ".join(f"{_process_name(pid, ranks_by_pid)} {human_bytes(used)}"
+                        for pid, used in held)
+        rows.append(f"  {gpu}: {human_bytes(together)} at most together -- {who}")
+    return rows
+
+
+def _process_name(pid: str, ranks_by_pid: dict[str, int]) -> str:
+    rank = ranks_by_pid.get(pid)
+    return f"rank {rank} (pid {pid})" if rank is not None else f"pid {pid}"

@@ -206,7 +206,7 @@ def run(spec: dict) -> dict:
 
     def measured() -> dict:
         """What the probes measured so far: the snapshots' body and the result's."""
-        return {"script": script,
+        return {"script": script, "pid": os.getpid(),
                 "device": str(device.torch_device) if device.torch_device else None,
                 "statements": statements,
                 "unprobed": {str(k): v for k, v in instrumented.unprobed.items()},

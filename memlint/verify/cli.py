@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a flagged script on a GPU with probes on the flagged lines and "
                     "measure each finding. Arguments after `--` go to the script.")
     parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="a script, or a directory: every runnable file with findings")
+                        help="a script (run even without findings, for its memory account), "
+                             "or a directory: every runnable file with findings")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds before the script is stopped (default 120)")
     parser.add_argument("--min-bytes", type=parse_size, default=2**20,
@@ -51,10 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--snapshot", metavar="OUT.pickle",
                         help="write PyTorch's memory snapshot (opens in pytorch.org/memory_viz)")
     parser.add_argument("--plot", metavar="OUT.png",
-                        help="draw device memory over the run with the flagged lines marked")
+                        help="draw device memory over the run with the flagged lines marked "
+                             "(with --nproc-per-node: one line per GPU, all ranks together)")
     parser.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
                         help="run the script as N ranks under torchrun (PyTorch's launcher, "
-                             "--standalone) and report each rank's verdicts")
+                             "--standalone) and report each rank's verdicts and account, and "
+                             "what every rank held on each GPU")
     parser.add_argument("--fix", action="store_true",
                         help="also run the script with its safe fixes applied (in memory; the "
                              "file is not written) and report what each fix saved, measured")
@@ -142,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
             ranks = verify_ranks(script, findings, run_options)
         runs.extend(ranks)
         run = ranks[0]  # the one plotted
-        if options.plot and run.raw and "timeline" in run.raw:
+        gpu_lines = ((run.raw or {}).get("contexts") or {}).get("gpu_timeline")
+        if options.plot and len(ranks) > 1 and gpu_lines:
+            print(_plot_gpus(gpu_lines, ranks, script, _per_script(options.plot, script, several)),
+                  file=sys.stderr)
+        elif options.plot and run.raw and "timeline" in run.raw:
             after = comparisons[-1].after if comparisons else None
             print(_plot(run, findings, _per_script(options.plot, script, several), after),
                   file=sys.stderr)
@@ -159,6 +166,26 @@ def main(argv: list[str] | None = None) -> int:
         if options.fix:
             print(fix_effects.format_text(comparisons))
     return 1 if any(run.confirmed for run in runs) else 0
+
+
+def _plot_gpus(gpu_lines: dict, ranks, script: str, out_path: str) -> str:
+    """One line per GPU the run touched or a rank selected (flat at zero
+    where a rank's own GPU stayed empty)."""
+    from memlint.verify.plot import draw_gpus
+    from memlint.verify.report import selected_gpus
+
+    times = [t for points in gpu_lines.values() for t, _ in points]
+    for gpu in set(selected_gpus(ranks).values()) - set(gpu_lines):
+        gpu_lines = {**gpu_lines, gpu: [(t, 0) for t in sorted(set(times))]}
+    title = f"memlint verify {os.path.basename(script)}: memory per GPU, all ranks"
+    try:
+        draw_gpus(gpu_lines, out_path, title)
+    except ImportError:
+        saved = os.path.splitext(out_path)[0] + ".gpus.json"
+        with open(saved, "w", encoding="utf-8") as handle:
+            json.dump({"title": title, "gpu_timeline": gpu_lines}, handle)
+        return f"memlint verify: matplotlib is not installed; per-GPU timeline saved to {saved}"
+    return f"memlint verify: plot written to {out_path}"
 
 
 def _plot(run, findings, out_path: str, after=None) -> str:

@@ -42,6 +42,32 @@ def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str,
     plt.close(figure)
 
 
+def draw_gpus(gpu_timeline: dict[str, list], out_path: str, title: str) -> None:
+    """A launched run (`--nproc-per-node`): one line per GPU, the memory all
+    the run's processes hold on it (NVML, as nvidia-smi counts it), so that a
+    GPU 0 fuller than the others shows at a glance."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gib = 2**30
+    figure, axes = plt.subplots(figsize=(11, 4.2), dpi=110)
+    for index, (gpu, points) in enumerate(sorted(gpu_timeline.items())):
+        axes.plot([t for t, _ in points], [b / gib for _, b in points],
+                  color=plt.get_cmap("tab10")(index % 10), linewidth=1.4,
+                  label=f"{gpu}: the run's processes together (peak "
+                        f"{max((b for _, b in points), default=0) / gib:.2f} GiB)")
+    axes.set_title(title)
+    axes.set_xlabel("seconds since the launch")
+    axes.set_ylabel("GiB on the GPU (NVML)")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(out_path)
+    plt.close(figure)
+
+
 def _zoom_window(times: list[float], end: float) -> tuple[float, float] | None:
     """The stretch of the run where the flagged lines (those that ran many
     times, if any did) executed, if it is less than a third of the run."""

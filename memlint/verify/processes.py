@@ -111,6 +111,11 @@ class ContextWatcher:
         self.foreign_max = 0  # the most device memory seen held by processes not the run's
         #: (pid, GPU index) -> the most memory seen (NVML only; nvidia-smi's query sums)
         self.memory_by_pid_device: dict[tuple[int, int], int] = {}
+        #: per sample: seconds since start, and per GPU index the memory the
+        #: run's processes hold there together (NVML only)
+        self.gpu_timeline: list[tuple[float, dict[int, int]]] = []
+        self._last_sample: dict[tuple[int, int], int] = {}
+        self._started = time.monotonic()
         self.source = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -128,10 +133,12 @@ class ContextWatcher:
 
         def query() -> dict[int, int]:
             used = {}
+            self._last_sample = {}
             for index, handle in enumerate(handles):
                 for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     used[proc.pid] = used.get(proc.pid, 0) + (proc.usedGpuMemory or 0)
                     key = (proc.pid, index)
+                    self._last_sample[key] = proc.usedGpuMemory or 0
                     self.memory_by_pid_device[key] = max(proc.usedGpuMemory or 0,
                                                          self.memory_by_pid_device.get(key, 0))
             return used
@@ -157,6 +164,7 @@ class ContextWatcher:
 
     def start(self, session: int) -> None:
         self.session = session
+        self._started = time.monotonic()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
@@ -173,9 +181,19 @@ class ContextWatcher:
                     else:
                         foreign += used
                 self.foreign_max = max(self.foreign_max, foreign)
+                self._note_gpus()
             except Exception:  # noqa: BLE001 - a failed sample is skipped
                 pass
             self._stop.wait(self.interval)
+
+    def _note_gpus(self) -> None:
+        """One point per GPU of the timeline: what the run's processes hold there."""
+        per_gpu: dict[int, int] = {}
+        for (pid, index), used in self._last_sample.items():
+            if pid in self.session_pids:
+                per_gpu[index] = per_gpu.get(index, 0) + used
+        if per_gpu or self.gpu_timeline:
+            self.gpu_timeline.append((round(time.monotonic() - self._started, 3), per_gpu))
 
     def stop(self) -> dict:
         self._stop.set()
@@ -188,7 +206,15 @@ class ContextWatcher:
                 "worker_context_bytes": {str(pid): used for pid, used in
                                          sorted(self.memory_by_pid.items()) if pid != main},
                 "foreign_bytes": self.foreign_max,
-                "devices_by_pid": self._devices_by_pid()}
+                "devices_by_pid": self._devices_by_pid(),
+                "gpu_timeline": self._gpu_lines()}
+
+    def _gpu_lines(self) -> dict[str, list[tuple[float, int]]]:
+        """`cuda:i` -> [(seconds, bytes of the run on GPU i)], for every GPU
+        the run touched: one line per GPU, zero where it held nothing."""
+        touched = sorted({i for _, per_gpu in self.gpu_timeline for i in per_gpu})
+        return {f"cuda:{i}": [(t, per_gpu.get(i, 0)) for t, per_gpu in self.gpu_timeline]
+                for i in touched}
 
     def _devices_by_pid(self) -> dict[str, dict[str, int]]:
         """For each process of the run, the most memory seen on each GPU."""

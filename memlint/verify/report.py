@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from memlint.verify.account import account_rows
+from memlint.verify.account import account_rows, gpu_rows
 from memlint.verify.judges import human_bytes
 from memlint.verify.runner import ScriptRun
 
@@ -39,9 +39,37 @@ def _confirmed_places(run: ScriptRun) -> dict[str, str]:
     return places
 
 
+def _launch_ends(runs: list[ScriptRun]) -> dict[int, list[ScriptRun]]:
+    """The index of the last rank of each launched job -> the job's ranks
+    (ranks of one launch share the parent's process watch)."""
+    jobs: dict[int, list[tuple[int, ScriptRun]]] = {}
+    for position, run in enumerate(runs):
+        contexts = (run.raw or {}).get("contexts")
+        if (run.raw or {}).get("rank") is not None and contexts is not None:
+            jobs.setdefault(id(contexts), []).append((position, run))
+    return {job[-1][0]: [run for _, run in job] for job in jobs.values()}
+
+
+def _ranks_by_pid(ranks: list[ScriptRun]) -> dict[str, int]:
+    return {str(_pid(run.raw)): run.raw["rank"] for run in ranks if _pid(run.raw) is not None}
+
+
+def selected_gpus(ranks: list[ScriptRun]) -> dict[str, str]:
+    """pid -> the GPU each rank measured as its own (`cuda:LOCAL_RANK`)."""
+    return {str(_pid(run.raw)): run.raw["device"] for run in ranks
+            if _pid(run.raw) is not None and str(run.raw.get("device", "")).startswith("cuda")}
+
+
+def _pid(raw: dict | None) -> int | None:
+    """The process of a rank's run (older results name it only in the account)."""
+    raw = raw or {}
+    return raw.get("pid") or (raw.get("account") or {}).get("pid")
+
+
 def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
     rows = []
-    for run in runs:
+    launch_ends = _launch_ends(runs)
+    for position, run in enumerate(runs):
         peak = (run.raw or {}).get("peak_allocated")
         peak_text = f", peak {human_bytes(peak)} allocated" if peak is not None else ""
         rows.append(f"{run.path}: {_outcome_line(run)}{peak_text}")
@@ -52,17 +80,28 @@ def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
                         f"{item.judgement.measured}")
         raw = run.raw or {}
         account = account_rows(raw.get("account"), raw.get("contexts"), _confirmed_places(run),
-                               ranks=raw.get("rank") is not None)
+                               ranks=raw.get("rank") is not None, pid=raw.get("pid"),
+                               device=raw.get("device"))
         if account:
             rows.append("  memory account, as nvidia-smi counts it (NVML, per process):")
             rows.extend("  " + row for row in account)
+        if position in launch_ends:
+            ranks = launch_ends[position]
+            per_gpu = gpu_rows(raw.get("contexts"), _ranks_by_pid(ranks), selected_gpus(ranks))
+            if per_gpu:
+                rows.append(f"the {len(ranks)} ranks' memory per GPU (NVML, per process):")
+                rows.extend(per_gpu)
     for path in skipped:
         rows.append(f"{path}: skipped, not runnable (no `if __name__ == \"__main__\":` "
                     "and no top-level code)")
     total = sum(len(r.verified) for r in runs)
     confirmed = sum(r.confirmed for r in runs)
-    rows.append(f"{confirmed} of {total} findings confirmed in {len(runs)} "
-                f"script{'s' if len(runs) != 1 else ''}")
+    if total == 0 and runs:
+        rows.append(f"no findings to measure; the memory account of {len(runs)} "
+                    f"run{'s' if len(runs) != 1 else ''} is above")
+    else:
+        rows.append(f"{confirmed} of {total} findings confirmed in {len(runs)} "
+                    f"script{'s' if len(runs) != 1 else ''}")
     return "\n".join(rows)
 
 

@@ -66,14 +66,17 @@ class ScriptRun:
 def runnable_targets(paths: list[str], settings: Settings) -> tuple[list[tuple[str, list[Finding]]],
                                                                     list[str]]:
     """(script, findings) for every runnable file with findings, and the
-    files with findings that were skipped because running them does nothing."""
+    files with findings that were skipped because running them does nothing.
+    A script named on its own runs even without findings: its memory account
+    (per process, per rank, per GPU) is worth having by itself."""
     targets, skipped = [], []
+    named = {os.path.abspath(p) for p in paths if os.path.isfile(p)}
     for path in sorted(set(discover(paths, settings))):
         if not path.endswith(".py"):
             continue
         findings, _ = check_file(path, settings)
         findings = [f for f in findings if f.code != "MEM000"]
-        if not findings:
+        if not findings and os.path.abspath(path) not in named:
             continue
         with open(path, encoding="utf-8", errors="replace") as handle:
             if is_runnable(handle.read()):
