@@ -357,3 +357,14 @@ def test_a_rule_page_for_a_terminal_drops_markdown_marks_and_colours_code():
     coloured = for_terminal(markdown, color=True)
     assert "\033[36mloss.item()\033[0m" in coloured and "`" not in coloured
     assert "\033[1mFix safety\033[0m" in coloured
+
+
+def test_the_server_without_its_extra_says_what_to_install_and_exits_2():
+    hide = ("import sys; sys.modules.update({m: None for m in "
+            "('pygls', 'pygls.lsp', 'pygls.lsp.server', 'lsprotocol', 'lsprotocol.types')}); "
+            "from memlint.cli.main import main; sys.exit(main(['server']))")
+    done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == \
+        "memlint server: needs pygls (pip install 'torch-memlint[server]')"

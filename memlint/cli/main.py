@@ -163,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
                                description="Print a rule's reference page.")
     rule.add_argument("code", metavar="CODE", help="a code (MEM003) or a name "
                                                    "(tensor-history-kept)")
+    commands.add_parser("server", help="run the Language Server editors talk to (stdio; "
+                                       "needs the extra 'server')",
+                        description="Run memlint's Language Server over stdin/stdout: "
+                                    "diagnostics on open and save, quick fixes, # noqa "
+                                    "actions. Needs pygls: pip install 'torch-memlint[server]'.")
     commands.add_parser("verify", help="run a script on a GPU and measure each finding "
                                        "(memlint verify --help)", add_help=False)
     return parser
@@ -187,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _list_rules()
         if options.command == "rule":
             return _show_rule(options.code)
+        if options.command == "server":
+            from memlint.cli.server import main as serve
+            return serve()
     except ConfigError as error:
         print(f"memlint: {error}", file=sys.stderr)
         return EXIT_ERROR
