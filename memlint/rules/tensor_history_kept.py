@@ -40,6 +40,8 @@ class _Store:
     outlived: list[cst.CSTNode]
     #: the container is a local variable of the function the store is in
     local: bool
+    #: the container is made afresh inside a loop over batches or epochs
+    bound_per_step: bool = False
 
 
 @dataclass
@@ -66,6 +68,10 @@ class TensorHistoryKept(Rule):
     keywords = ("for ", "while ")
 
     VALID = [
+        # made afresh every epoch, grows over the two models of one step only
+        "import torch\nfor epoch in range(3):\n    feats = []\n    for net in nets:\n"
+        "        out, feat = net(x)\n        criterion(out, y).backward()\n"
+        "        feats.append(feat)\n    plot(feats)",
         # .item() gives a Python float
         "import torch\nlosses = []\nfor x, y in loader:\n    loss = criterion(model(x), y)\n"
         "    loss.backward()\n    losses.append(loss.item())",
@@ -275,8 +281,12 @@ class TensorHistoryKept(Rule):
                         if store.container not in flows.reset_every_iteration(loop)]
             if not outlived:
                 continue  # emptied every iteration of the loop it grows in
-            if not frame.calls_backward and not any(map(is_data_loop, outlived)):
-                continue  # loss terms summed over heads or scales, for a backward elsewhere
+            if not any(map(is_data_loop, outlived)) and (
+                    not frame.calls_backward or store.bound_per_step):
+                # loss terms summed over heads or scales, for a backward elsewhere; or
+                # a list made afresh every epoch that grows over the models or
+                # layers of one step only: its size is the model's, not the data's
+                continue
             if flows.consumed(frame.node, store.container, store.statement):
                 continue  # kept for a backward that follows
             if _kept_for_its_data(store, value, flows, frame.node):
@@ -368,8 +378,10 @@ class TensorHistoryKept(Rule):
             return  # a forward on the CPU: the graphs kept are in host memory, not on a GPU
         local = isinstance(self.ctx.scope.node, cst.FunctionDef) and "." not in owner and \
             owner in self.ctx.scope.bindings
+        site = self.ctx.binding_site(owner)
+        per_step = site is not None and any(map(is_data_loop, site.loops))
         self.frames[-1].stores.append(_Store(node, self.statement(), stored, value, container,
-                                             verb, owner, outlived, local))
+                                             verb, owner, outlived, local, per_step))
 
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from memlint.analysis.context import BindingSite
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
 from memlint.analysis.names import DATA_LOADERS, call_arg, dotted_name
 from memlint.analysis.walker import children
@@ -129,6 +130,10 @@ class WholeDatasetToDevice(Rule):
         "batch with .to(device, non_blocking=True)")
 
     VALID = [
+        # one batch, moved, then moved again: followed back to next(iter(...))
+        "import torch\nimages, labels = next(iter(test_loader))\n"
+        "images, labels = images.to(device), labels.to(device)\nshow(images)\n"
+        "images, labels = images.to(device), labels.to(device)",
         # a model's own constant (an index table) built in its constructor
         "import torch\nimport numpy as np\nclass GBDT2NN(torch.nn.Module):\n"
         "    def __init__(self, used_features):\n        super().__init__()\n"
@@ -653,8 +658,11 @@ class WholeDatasetToDevice(Rule):
             return NONE  # `for x, y in loader:` -- one batch
         bound = self.ctx.binding(name)
         site = self.ctx.binding_site(name)
-        if site is not None and site.unpacked_from is not None:
-            bound = site.unpacked_from  # `images, labels = next(iter(loader))`
+        if site is not None:
+            # `x = x.to(device)`, `x, y = x.to(d), y.to(d)`: what x was before it moved
+            while site.previous is not None and _moves_itself(_value_given(site), name):
+                site = site.previous
+            bound = _value_given(site)  # `images, labels = next(iter(loader))`: the call
         if bound is not None and bound is not node:
             from_binding = self._evidence(bound, depth + 1)
             if from_binding != UNKNOWN:
@@ -786,6 +794,25 @@ def _puts_on_cuda(node: cst.BaseExpression, rule: WholeDatasetToDevice) -> bool:
             return True
         stack.extend(current.children)
     return False
+
+
+def _value_given(site: BindingSite) -> cst.BaseExpression:
+    """What an assignment gave the name: its element of `a, b = x, y`, the
+    whole unpacked value of `a, b = f()` (the element is unknown), else the value."""
+    source = site.unpacked_from
+    if source is None:
+        return site.value
+    if type(source) in (cst.Tuple, cst.List) and site.unpacked_index is not None \
+            and site.unpacked_index < len(source.elements) \
+            and not any(type(e) is cst.StarredElement for e in source.elements):
+        return source.elements[site.unpacked_index].value
+    return source
+
+
+def _moves_itself(value: cst.BaseExpression, name: str) -> bool:
+    """`x.to(device)`, `x.cuda()` as the value bound to `x`: the same data, moved."""
+    return type(value) is cst.Call and type(value.func) is cst.Attribute \
+        and value.func.attr.value in ("to", "cuda") and dotted_name(value.func.value) == name
 
 
 def _names_in(node: cst.CSTNode) -> list[str]:
