@@ -308,3 +308,30 @@ def test_weights_of_an_imported_project_class_are_not_made_without_cuda(tmp_path
         "def dqn():\n    torch.save(agent.q.state_dict(), 'checkpoint.pth')\n"
         "dqn()\nagent.q.load_state_dict(torch.load('checkpoint.pth'))\n")
     assert codes(tmp_path) == [("train.py", 7, "MEM007")]
+
+
+COLLATE = ("import torch\n"
+           "def custom_collate_fn(batch, device='cpu'):\n"
+           "    return torch.stack(batch).to(device)\n")
+
+
+@pytest.mark.parametrize("workers, reported", [
+    ("0", False),  # every loader that uses it runs in the main process
+    ("4", True),   # a worker process would make its own CUDA context
+    (None, True),  # no loader in the project: it is flagged where it is defined
+])
+def test_a_collate_function_is_judged_by_the_loaders_of_the_files_that_import_it(
+        tmp_path, workers, reported):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "ch07.py").write_text(COLLATE)
+    if workers is not None:
+        (tmp_path / "train.py").write_text(
+            "import torch\nfrom functools import partial\nfrom torch.utils.data import DataLoader\n"
+            "from pkg.ch07 import custom_collate_fn\n"
+            "collate = partial(custom_collate_fn, device='cuda')\n"
+            f"num_workers = {workers}\n"
+            "loader = DataLoader(data, batch_size=8, collate_fn=collate, num_workers=num_workers)\n"
+            "model = torch.nn.Linear(2, 2).cuda()\n")
+    found = [c for c in codes(tmp_path) if c[2] == "MEM002"]
+    assert found == ([("ch07.py", 3, "MEM002")] if reported else [])

@@ -21,7 +21,7 @@ import libcst as cst
 from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
 
-_PARTIAL = {"functools.partial", "functools.partialmethod"}
+PARTIALS = {"functools.partial", "functools.partialmethod"}
 #: nn.Module's own methods: `obj.eval()` on an object of unknown class is one of
 #: these, not whichever class of the file defines a method of that name.
 _MODULE_API = {"eval", "train", "to", "cuda", "cpu", "half", "float", "double", "zero_grad",
@@ -216,7 +216,7 @@ class ModuleIndex:
         """
         if isinstance(expr, cst.Name):
             return list(self.functions_by_name.get(expr.value, ()))
-        if isinstance(expr, cst.Call) and self.ctx.names.qualify(expr.func) in _PARTIAL and expr.args:
+        if isinstance(expr, cst.Call) and self.ctx.names.qualify(expr.func) in PARTIALS and expr.args:
             return self.resolve_reference(expr.args[0].value, class_name, loose)
         if not isinstance(expr, cst.Attribute):
             return []

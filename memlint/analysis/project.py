@@ -98,6 +98,11 @@ class ModuleFacts:
     #: classes whose `forward` is decorated `@torch.no_grad()` (or
     #: `inference_mode`): calling one records no graph
     grad_off_forwards: set[str] = field(default_factory=set)
+    #: functions this file's DataLoaders run in their workers that another
+    #: module defines (`collate_fn=partial(custom_collate_fn, ...)` of an
+    #: imported one), as imported (`pkg.ch07.custom_collate_fn`), each with
+    #: whether every such loader here runs in the main process (num_workers 0)
+    worker_functions: dict[str, bool] = field(default_factory=dict)
     #: functions (by name) that make a GPU the current device for the rest of
     #: the process (`torch.cuda.set_device`, `CUDA_VISIBLE_DEVICES`): a
     #: `utils.init_distributed_mode(args)` another file calls first (MEM008)
@@ -461,6 +466,20 @@ class UnlessCallersDisableGrad(Condition):
 
 
 @dataclass(frozen=True)
+class UnlessLoadersRunInMainProcess(Condition):
+    """Worker code (a `collate_fn`) that no DataLoader of its own file uses:
+    dropped when the project's loaders that use it exist and every one runs
+    in the main process (`num_workers=0`, where the CUDA context already is)."""
+
+    module: str
+    function: str
+
+    def drops(self, project: Project) -> bool:
+        uses = project.worker_uses(self.module, self.function)
+        return bool(uses) and all(uses)
+
+
+@dataclass(frozen=True)
 class UnlessHelpersKeepBatchesOnHost(Condition):
     """A loader whose batches go only to functions of other modules
     (`test_single_volume(batch["image"], ...)`): dropped when every one of them
@@ -675,6 +694,19 @@ class Project:
         return sorted(f if f.unless is None else
                       replace(f, unless=None, related=f.related + tuple(f.unless.related(self)))
                       for f in findings if f.unless is None or not f.unless.drops(self))
+
+    def worker_uses(self, module: str, function: str) -> list[bool]:
+        """For each other file whose DataLoaders run `module.function` in their
+        workers: whether all of them there run in the main process."""
+        parts = module.split(".")
+        found = []
+        for facts in self.modules:
+            for callee, main_process in facts.worker_functions.items():
+                owner, _, name = callee.rpartition(".")
+                if name == function and owner and facts.module != module \
+                        and _same_module(owner.lstrip(".").split("."), parts):
+                    found.append(main_process)
+        return found
 
     def calls_of(self, module: str, function: str) -> list[tuple[ModuleFacts, CallFact]]:
         """Calls from other files that name `module.function` through an

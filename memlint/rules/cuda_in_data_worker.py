@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
-from memlint.analysis.module_index import FunctionInfo, ModuleIndex
+from memlint.analysis.module_index import PARTIALS, FunctionInfo, ModuleIndex
 from memlint.analysis.names import DATA_LOADERS, call_arg, dotted_name, has_star_args
+from memlint.analysis.project import FactCollector, UnlessLoadersRunInMainProcess
 from memlint.rules.base import Rule
 
 #: Dataset methods that run in the worker processes, once per sample or batch.
@@ -187,6 +188,8 @@ class CudaInDataWorker(Rule):
         self.loaders: list[_Loader] = []
         #: argparse options of this file: dest -> default (`--workers`, default=4)
         self.option_defaults: dict[str, cst.BaseExpression | None] = {}
+        #: collate functions no loader of this file uses: the project's loaders decide
+        self._loaded_elsewhere: set[FunctionInfo] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -371,6 +374,7 @@ class CudaInDataWorker(Rule):
 
     # -- after the walk: entry points, what they reach, and the CUDA work there
     def finish(self) -> None:
+        self._note_imported_worker_functions()
         if not self.sites:
             return
         entries: dict[FunctionInfo, tuple[str, str]] = {}
@@ -384,7 +388,36 @@ class CudaInDataWorker(Rule):
         for site in self.sites:
             if site.unit in reached and site.statement not in flagged_statements:
                 flagged_statements.add(site.statement)  # `return x.cuda(), y.cuda()` once
-                self.report(site.node, _message(site, *reached[site.unit]), site.statement)
+                entry = reached[site.unit][0]
+                unless = UnlessLoadersRunInMainProcess(self.ctx_module, entry.name) \
+                    if entry in self._loaded_elsewhere else None
+                self.report(site.node, _message(site, *reached[site.unit]), site.statement,
+                            unless=unless)
+
+    @property
+    def ctx_module(self) -> str:
+        collector = FactCollector.of(self.ctx)
+        return collector.facts.module if collector is not None else ""
+
+    def _note_imported_worker_functions(self) -> None:
+        """Tell the project which imported functions this file's loaders run in
+        their workers, and whether those loaders all run in the main process."""
+        collector = FactCollector.of(self.ctx)
+        if collector is None:
+            return
+        for loader in self.loaders:
+            main_process = self._workers_note([loader]) is None
+            for _, written, values in loader.worker_code:
+                for value in values:
+                    if type(value) is cst.Call and self.ctx.qualify(value.func) in PARTIALS \
+                            and value.args:
+                        value = value.args[0].value  # partial(custom_collate_fn, device=...)
+                    name = dotted_name(value)
+                    imported = collector.imported_name(name) if name else None
+                    if imported is None:
+                        continue
+                    known = collector.facts.worker_functions
+                    known[imported] = known.get(imported, True) and main_process
 
     def _workers_note(self, loaders: list[_Loader]) -> str | None:
         """None when every loader runs in the main process; else what the message
@@ -454,6 +487,8 @@ class CudaInDataWorker(Rule):
                 keyword = "worker_init_fn" if "init" in function.name else "collate_fn"
                 loaders = anonymous.get(keyword, []) if function.name in referenced else []
                 note = self._workers_note(loaders) if loaders else ""
+                if not loaders and function.class_name is None:
+                    self._loaded_elsewhere.add(function)  # another file's loaders may tell
                 if note is not None:  # None: this file's loaders, all in the main process
                     yield function, f"a {keyword}", note
 
