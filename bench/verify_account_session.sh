@@ -4,11 +4,7 @@
 # `.review/pytorch+examples`. Writes to $OUT: account_*.txt / .json / .png,
 # smi_samples.csv, account_vs_smi.txt.
 set -u
-OUT=${OUT:-/tmp/memlint-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/gpu_session_env.sh  # $OUT, $LOG, the wheels, PYTHONPATH, step
 (while true; do nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits \
     >> "$OUT/smi_samples.csv"; sleep 0.1; done) &
 SMI=$!

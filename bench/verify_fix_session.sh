@@ -8,17 +8,7 @@
 # session.log, fix_fixtures.json, fix_fixtures.txt, dcgan_first_run.log,
 # dcgan_fix.txt, dcgan_fix.json, dcgan_fix.png.
 set -u
-OUT=${OUT:-/tmp/memlint-out}
-mkdir -p "$OUT"
-LOG="$OUT/session.log"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-} > "$LOG" 2>&1
-step() { echo "== $1 $(date +%T)" | tee -a "$LOG"; }
+source bench/gpu_session_env.sh  # $OUT, $LOG, the wheels, PYTHONPATH, step
 FIXTURES="fixtures/whole_dataset_to_device/tensor_dataset_loader.py
 fixtures/tensor_history_kept/classifier_training_loop.py
 fixtures/tensor_history_kept/per_step_and_episode_lists.py

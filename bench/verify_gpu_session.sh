@@ -8,20 +8,14 @@
 # training_snapshot.pickle.
 set -u
 MODE=${1:-smoke}
-OUT=${OUT:-/tmp/memlint-out}
-mkdir -p "$OUT"
-LOG="$OUT/session.log"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/gpu_session_env.sh  # $OUT, $LOG, the wheels, PYTHONPATH, step
 {
   nvidia-smi
   nproc
   python3 -c "import sys, torch, multiprocessing as mp; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0)); print('start method', mp.get_start_method())"
   python3 -c "import matplotlib; print('matplotlib', matplotlib.__version__)"
   python3 -c "import pynvml; pynvml.nvmlInit(); print('nvml ok', pynvml.nvmlSystemGetDriverVersion())"
-} > "$LOG" 2>&1
-step() { echo "== $1 $(date +%T)" | tee -a "$LOG"; }
+} >> "$LOG" 2>&1
 step "probe programs"
 python3 bench/verify_probe_programs.py > "$OUT/programs.json" 2>> "$LOG"
 step "memlint verify fixtures/"

@@ -5,11 +5,7 @@
 # `.review/pytorch+examples` (dcgan/, word_language_model/ with a synthetic
 # corpus in its data/wikitext-2/, imagenet/). Writes to $OUT.
 set -u
-OUT=${OUT:-/tmp/memlint-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/gpu_session_env.sh  # $OUT, $LOG, the wheels, PYTHONPATH, step
 EX=.review/pytorch+examples
 V="python3 -m memlint.verify.cli"
 # 1. a language model: word_language_model, one epoch of a synthetic corpus

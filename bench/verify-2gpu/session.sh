@@ -2,11 +2,7 @@
 # Issue "Multi-GPU verify on two GPUs": run on nvidia-h200-x2 from the
 # repository root, carrying `.whl`. Writes to $OUT.
 set -u
-OUT=${OUT:-/tmp/memlint-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/gpu_session_env.sh  # $OUT, $LOG, the wheels, PYTHONPATH, step
 D=bench/verify-2gpu
 nvidia-smi --query-gpu=index,uuid --format=csv,noheader > "$OUT/gpus.csv"
 (while true; do nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory \

@@ -6,17 +6,7 @@
 # ddp_public_smi.csv (a public DDP script, and nvidia-smi's per-process
 # account sampled during it), gpu_tests.txt.
 set -u
-OUT=${OUT:-/tmp/memlint-out}
-mkdir -p "$OUT"
-LOG="$OUT/session.log"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-{
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-  python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
-} > "$LOG" 2>&1
-step() { echo "== $1 $(date +%T)" | tee -a "$LOG"; }
+source bench/gpu_session_env.sh  # $OUT, $LOG, the wheels, PYTHONPATH, step
 V="python3 -m memlint.verify.cli --timeout 180 --nproc-per-node 2"
 step "which torch.cuda calls create a context"
 python3 bench/verify-mem008/context_probe.py > "$OUT/context_probe.txt" 2>&1

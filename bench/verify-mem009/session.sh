@@ -4,17 +4,7 @@
 # --unsafe-fixes` on it, and the MEM009/MEM010 GPU tests. Writes to $OUT:
 # session.log, fixture.txt, fixture.json, fixture_fix.txt, gpu_tests.txt.
 set -u
-OUT=${OUT:-/tmp/memlint-out}
-mkdir -p "$OUT"
-LOG="$OUT/session.log"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-{
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda)"
-} > "$LOG" 2>&1
-step() { echo "== $1 $(date +%T)" | tee -a "$LOG"; }
+source bench/gpu_session_env.sh  # $OUT, $LOG, the wheels, PYTHONPATH, step
 FIXTURE=fixtures/hook_keeps_activations/feature_hooks.py
 step "verify the fixture (text, json)"
 python3 -m memlint.verify.cli --timeout 120 $FIXTURE > "$OUT/fixture.txt" 2>> "$LOG"

@@ -5,18 +5,8 @@
 # per-GPU account set beside nvidia-smi sampled during the same run, and the
 # MEM008 fixture's per-GPU picture. Everything lands in $OUT/all.tgz.
 set -u
-OUT=${OUT:-/tmp/memlint-out}
-mkdir -p "$OUT"
-LOG="$OUT/session.log"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-{
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
-  python3 -c "import sys, torch; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
-} > "$LOG" 2>&1
+source bench/gpu_session_env.sh  # $OUT, $LOG, the wheels, PYTHONPATH, step
 nvidia-smi --query-gpu=index,uuid --format=csv > "$OUT/gpu_uuids.csv"
-step() { echo "== $1 $(date +%T)" | tee -a "$LOG"; }
 V="python3 -m memlint.verify.cli --timeout 300 --nproc-per-node 2"
 SCRIPT_ARGS="-- 300 100"  # 300 epochs of 32-sample batches, a snapshot every 100
 REPO=$PWD
