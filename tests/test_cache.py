@@ -167,3 +167,27 @@ def test_no_cache_reads_and_writes_nothing(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     _cli("check", "--cache-dir", str(elsewhere), "pkg", cwd=tmp_path)
     assert (elsewhere / ".gitignore").exists() and not (tmp_path / CACHE_DIR_NAME).exists()
+
+
+def _imports_libcst(tmp_path, *args: str) -> bool:
+    """Whether `memlint check ARGS` imported libcst, in its own process or in a
+    worker (Python's import profile goes to the stderr they share)."""
+    done = subprocess.run([sys.executable, "-m", "memlint", *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    return any(line.split("|")[-1].strip() == "libcst" for line in done.stderr.splitlines()
+               if line.startswith("import time:"))
+
+
+def test_libcst_is_imported_only_for_a_file_that_must_be_parsed(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "plain.py").write_text("import os\nprint(os.getcwd())\n")
+    (tmp_path / "train.py").write_text("import torch\nstate = torch.load('w.pt')\n"
+                                       "model = torch.nn.Linear(2, 2).cuda()\n")
+    # no rule's screen passes: the file is checked by CPython's parser alone
+    assert not _imports_libcst(tmp_path, "check", "--no-cache", "plain.py")
+    # a file the rules want is parsed
+    assert _imports_libcst(tmp_path, "check", "--no-cache", "train.py")
+    # checked into a cache, then again from it (findings and all): no parse the second time
+    assert _imports_libcst(tmp_path, "check", "train.py", "--cache-dir", ".c")
+    assert not _imports_libcst(tmp_path, "check", "train.py", "--cache-dir", ".c")

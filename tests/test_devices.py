@@ -27,7 +27,8 @@ class _Probe:
 
 
 def device_of_to(source: str) -> bool | None:
-    from memlint.analysis.project import FactCollector, ModuleFacts, cpu_default_options
+    from memlint.analysis.fact_collector import FactCollector
+    from memlint.analysis.project import ModuleFacts, cpu_default_options
     ctx = Context(ImportTable(), "example.py")
     facts = ModuleFacts("example.py", "example", True, cpu_default_options=cpu_default_options(source))
     ctx.analyses[FactCollector] = FactCollector(ctx, facts)

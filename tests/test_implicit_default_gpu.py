@@ -56,7 +56,7 @@ def test_the_screen_passes_every_flagged_example_and_spares_files_without_a_defa
     from memlint.rules.implicit_default_gpu import ImplicitDefaultGpu as Rule
 
     def wants(text: str) -> bool:
-        return Rule.wants(text, text.lower())
+        return Rule.entry.wants(text, text.lower())
 
     assert all(wants(example) for example in Rule.INVALID)
     # picks a GPU, but every use names it: nothing to walk for

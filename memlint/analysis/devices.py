@@ -16,7 +16,7 @@ from memlint.analysis.context import Context
 from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
-from memlint.analysis.project import FactCollector
+from memlint.analysis.fact_collector import FactCollector
 
 #: Names that hold the training device in real code when their binding is not visible.
 CONVENTIONAL_DEVICE_NAMES = {"device", "dev", "cuda_device", "gpu", "self.device",

@@ -18,8 +18,8 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.devices import cuda_tensor_type, string_value
-from memlint.analysis.names import (CUDA_VISIBLE, SETS_CURRENT_DEVICE, SETS_ENVIRONMENT,
-                                    call_arg, dotted_name)
+from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.screens import CUDA_VISIBLE, SETS_CURRENT_DEVICE, SETS_ENVIRONMENT
 
 #: Calls that create a CUDA context (or memory) on the current device when
 #: given none: measured on an H100, torch 2.11, each in a fresh process.
@@ -37,22 +37,6 @@ _RANK_VARIABLES = {"LOCAL_RANK", "RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL
                    "MPI_LOCALRANKID"}
 #: A name that holds a GPU index: `local_rank`, `args.gpu`, `rank`, `gpu_id`.
 _INDEX_NAME = re.compile(r"(^|_)(local_?rank|rank|gpus?|gpu_?ids?|device_?ids?|gpu_?index)$")
-
-#: Text every selection contains, lower-cased: a rank variable or launcher
-#: variable, a GPU index name (`_INDEX_NAME`), `f"cuda:{i}"`, a process group.
-SELECTION_MARKERS = ("rank", "gpu", "device_id", "cuda:", "slurm_localid",
-                     "init_process_group", "deepspeed", "elastic_launch")
-#: Text every `default_device_use` contains: `.cuda()` or `.cuda(keyword=...)`,
-#: a `"cuda"` string (also where a name is bound to it), the context-making
-#: calls, a torch.cuda tensor type.
-_DEFAULT_USE_MARKER = re.compile(r"""\.cuda\(\s*(?:\)|\w+\s*=)|["']\s*(?i:cuda)\s*["']|synchronize|mem_get_info|"""
-                                 r"""Stream|cuda\.\w*Tensor|torch\.cuda import""")
-
-
-def may_use_default_device(source: str) -> bool:
-    """Whether `source` could hold a `default_device_use`: a text screen, so
-    that files which only pick a GPU are not walked for uses."""
-    return _DEFAULT_USE_MARKER.search(source) is not None
 
 
 def _environ_key(node: cst.BaseExpression, ctx: Context) -> str | None:

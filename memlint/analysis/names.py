@@ -12,22 +12,6 @@ import libcst as cst
 
 #: torch's DataLoader, by every qualified name it is imported under
 DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
-#: Calls that make a device the current one for the rest of the process
-#: (`analysis/gpu_selection.py` reads them; kept here, below every analysis,
-#: so the project's fact collector can screen calls with their last names).
-SETS_CURRENT_DEVICE = frozenset({
-    "torch.cuda.set_device", "torch.accelerator.set_device_index",
-    "torch.accelerator.set_device_idx",
-    # these call set_device for the rank they run in
-    "accelerate.Accelerator", "accelerate.accelerator.Accelerator", "accelerate.PartialState",
-    "deepspeed.initialize", "deepspeed.init_distributed", "deepspeed.comm.init_distributed"})
-#: Calls that set CUDA_VISIBLE_DEVICES in the environment.
-SETS_ENVIRONMENT = frozenset({"os.environ.setdefault", "os.putenv"})
-#: The environment variable that hides every GPU but the chosen ones.
-CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
-#: The last parts of both: a cheap screen before qualifying a call.
-DEVICE_SETTER_TAILS = tuple(sorted({q.rsplit(".", 1)[-1]
-                                    for q in SETS_CURRENT_DEVICE | SETS_ENVIRONMENT}))
 
 
 def dotted_name(node: cst.BaseExpression | None) -> str | None:

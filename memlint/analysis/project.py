@@ -23,11 +23,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
-import libcst as cst
-
-from memlint.analysis.context import Context
-from memlint.analysis.module_index import names_grad_off
-from memlint.analysis.names import CUDA_VISIBLE, DEVICE_SETTER_TAILS, dotted_name
 from memlint.finding import Finding, Related
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -234,121 +229,6 @@ def _tree_mentions_cuda(root: str) -> bool:
     return False
 
 
-class FactCollector:
-    """Gathers a file's `ModuleFacts` during the walk (an analysis the engine
-    walks before the rules, like the module index)."""
-
-    def __init__(self, ctx: Context, facts: ModuleFacts) -> None:
-        self.ctx = ctx
-        self.facts = facts
-        #: per function being walked: the method names it calls (with grad off
-        #: there or not), and whether it back-propagates
-        self._functions: list[tuple[list[tuple[str, bool]], list[bool]]] = []
-        #: names bound by relative imports (`from .validation import validate`:
-        #: `validate` -> `.validation.validate`), which the import table leaves out
-        self._relative: dict[str, str] = {}
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self._functions.append(([], [False]))
-        class_def = self.ctx.class_def
-        if node.name.value == "forward" and class_def is not None and any(
-                names_grad_off(d.decorator) for d in node.decorators):
-            self.facts.grad_off_forwards.add(class_def.name.value)
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if not node.relative or isinstance(node.names, cst.ImportStar):
-            return
-        package = "." * len(node.relative) + (dotted_name(node.module) or "" if node.module else "")
-        for alias in node.names:
-            name = dotted_name(alias.name)
-            local = dotted_name(alias.asname.name) if alias.asname else name
-            if name and local:
-                self._relative[local] = f"{package}.{name}" if node.module else package + name
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        methods, trains = self._functions.pop()
-        calls = self.facts.method_calls
-        for method, grad_off in methods:
-            if method != node.name.value:  # `def evaluate_actions(): return self.actor.evaluate_actions()`
-                calls[method] = calls.get(method, True) and (trains[0] or grad_off)
-
-    @staticmethod
-    def needs_walk(source: str) -> bool:
-        """Whether the file holds facts only a walk finds even where no rule
-        wants it: a helper that makes a GPU current, for MEM008 in its callers."""
-        return CUDA_VISIBLE in source or any(tail in source for tail in DEVICE_SETTER_TAILS)
-
-    @classmethod
-    def of(cls, ctx: Context) -> FactCollector | None:
-        return ctx.analyses.get(cls)  # type: ignore[return-value]
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute):
-            self._note_method_call(node.func.attr.value)
-        written = dotted_name(node.func)
-        if written is None:
-            return
-        if written.endswith(DEVICE_SETTER_TAILS):
-            self._note_device_setter(node)
-        if written.endswith(".add_argument"):
-            self._note_cuda_option(node)
-        callee = self.imported_name(written) or written
-        if callee.startswith(("self.", "cls.", "torch.")):
-            return
-        self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written))
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if type(node.targets[0].target) is cst.Subscript:
-            self._note_device_setter(node)
-
-    def _note_device_setter(self, node: cst.CSTNode) -> None:
-        function = self.ctx.function
-        if function is None:
-            return
-        # imported here: gpu_selection stands on devices, which stands on this module
-        from memlint.analysis.gpu_selection import sets_current_device
-
-        if sets_current_device(node, self.ctx):
-            self.facts.device_setters.add(function.name.value)
-
-    def imported_name(self, written: str) -> str | None:
-        """A called name as its import names it: `init_dist` -> `utils.dist.init_dist`,
-        `misc.setup` -> `.misc.setup` (relative); None for the file's own names."""
-        return self.ctx.names.qualify_name(written) or self._relatively(written)
-
-    def _relatively(self, written: str) -> str | None:
-        head, _, rest = written.partition(".")
-        full = self._relative.get(head)
-        return None if full is None else f"{full}.{rest}" if rest else full
-
-    def _note_method_call(self, method: str) -> None:
-        if not self._functions:
-            self.facts.method_calls[method] = self.ctx.grad_disabled
-        elif method in ("backward", "grad"):
-            self._functions[-1][1][0] = True
-        else:
-            self._functions[-1][0].append((method, self.ctx.grad_disabled))
-
-
-    def _note_cuda_option(self, node: cst.Call) -> None:
-        """`parser.add_argument("--cuda", action="store_true")`: CUDA only when asked."""
-        action = next((a.value for a in node.args if a.keyword and a.keyword.value == "action"), None)
-        default = next((a.value for a in node.args if a.keyword and a.keyword.value == "default"), None)
-        if not (isinstance(action, cst.SimpleString) and action.evaluated_value == "store_true"):
-            return
-        if isinstance(default, cst.Name) and default.value == "True":
-            return
-        for arg in node.args:
-            if arg.keyword is None and isinstance(arg.value, cst.SimpleString):
-                option = str(arg.value.evaluated_value).lstrip("-").replace("-", "_")
-                if option in _CUDA_OPTIONS:
-                    self.facts.cuda_opt_in.add(option)
-
-
-#: Options that turn the GPU on (`--no-cuda`, `--cpu` turn it off: CUDA by default).
-_CUDA_OPTIONS = {"cuda", "gpu", "use_gpu", "use_cuda", "with_cuda", "enable_cuda", "on_gpu"}
-
-
 class Condition:
     """Why a finding may not hold, decided once the whole project is known."""
 
@@ -384,7 +264,9 @@ class UnlessProjectOnCpu(Condition):
     module: str | None = None
 
     @classmethod
-    def here(cls, ctx: Context) -> UnlessProjectOnCpu:
+    def here(cls, ctx) -> UnlessProjectOnCpu:
+        from memlint.analysis.fact_collector import FactCollector  # a parse-time question
+
         collector = FactCollector.of(ctx)
         return cls(collector.facts.module if collector is not None else None)
 

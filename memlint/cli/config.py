@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from memlint.rules import ALL_CODES, ALL_RULES, SEVERITIES, SYNTAX_ERROR_CODE
+from memlint.rules import ALL_CODES, SEVERITIES, SYNTAX_ERROR_CODE
+from memlint.rules.catalogue import CATALOGUE
 from memlint.engine.settings import Settings
 
 _CODE_LISTS = ("select", "ignore", "extend-select")
@@ -25,7 +26,8 @@ BUDGETS = {"max-file-size": ("max_file_size_mb", "MB"),
            "max-file-memory": ("max_file_memory_mb", "MB")}
 _TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores", *BUDGETS, "severity",
                    "fail-on")
-_RULES_BY_KEY = {**{r.code: r for r in ALL_RULES}, **{r.name: r for r in ALL_RULES}}
+#: a rule's code by its code or its name (`[tool.memlint.MEM005]`, `tensor-history-kept`)
+_CODES_BY_KEY = {**{e.code: e.code for e in CATALOGUE}, **{e.name: e.code for e in CATALOGUE}}
 
 
 class ConfigError(Exception):
@@ -113,8 +115,10 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
             values["severities"] = _severities(value, f"{where} {key}")
         elif key == "fail-on":
             values["fail_on"] = severity_level(value, f"{where} {key}")
-        elif key in _RULES_BY_KEY:
-            rule = _RULES_BY_KEY[key]
+        elif key in _CODES_BY_KEY:
+            from memlint.rules import RULES_BY_CODE  # a rule's options: its class says which
+
+            rule = RULES_BY_CODE[_CODES_BY_KEY[key]]
             if rule.code in rule_options:
                 raise ConfigError(f"{where}: options for {rule.code} given twice "
                                   f"(as {rule.code} and as {rule.name})")
@@ -139,8 +143,7 @@ def _severities(value: object, what: str) -> dict[str, str]:
                           f"got {_shown(value)}")
     severities = {}
     for key, level in value.items():
-        rule = _RULES_BY_KEY.get(key)
-        code = rule.code if rule is not None else key if key == SYNTAX_ERROR_CODE else None
+        code = _CODES_BY_KEY.get(key) or (key if key == SYNTAX_ERROR_CODE else None)
         if code is None:
             raise ConfigError(f"{what}: unknown rule {key!r}")
         severities[code] = severity_level(level, f"{what}.{key}")

@@ -14,7 +14,8 @@ import re
 import sys
 from pathlib import Path
 
-from memlint.rules import NAMES_BY_CODE, RULES_BY_CODE, SYNTAX_ERROR_CODE
+from memlint import rules as registry
+from memlint.rules import NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
 _CHECKOUT_PAGES = Path(__file__).resolve().parents[2] / "rules"
 
@@ -32,7 +33,7 @@ def summary(code: str) -> str:
     docstring (the class docstring is the long explanation)."""
     if code == SYNTAX_ERROR_CODE:
         return "A file that cannot be read, decoded or parsed (always reported)."
-    rule = RULES_BY_CODE[code]
+    rule = registry.RULES_BY_CODE[code]  # the rule classes load here, not at start-up
     doc = sys.modules[rule.__module__].__doc__ or rule.__doc__ or rule.name
     return doc.strip().splitlines()[0]
 
@@ -57,7 +58,7 @@ def _read_page(code: str) -> str | None:
 
 def _generated_page(code: str) -> str:
     """A new rule module is usable before its page is written."""
-    rule = RULES_BY_CODE[code]
+    rule = registry.RULES_BY_CODE[code]  # the rule classes load here, not at start-up
     doc = " ".join((rule.__doc__ or "").split())
     flagged = "\n\n".join(f"```python\n{example}\n```" for example in rule.INVALID[:3])
     left_alone = "\n\n".join(f"```python\n{example}\n```" for example in rule.VALID[:3])

@@ -19,8 +19,6 @@ import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import libcst as cst
-
 from memlint.engine.source import LINE_BREAK
 from memlint.finding import SAFE, Finding, Fix
 
@@ -133,6 +131,8 @@ def line_starts(text: str) -> list[int]:
 
 
 def parses(text: str) -> bool:
+    import libcst as cst  # only once there is a fix to check
+
     try:
         cst.parse_module(text)
     except Exception:

@@ -1,34 +1,26 @@
 """check_source: one file's text to its findings, the step every surface shares.
 
-Per file: a text pre-filter picks the rules that could fire (`Rule.wants`) (a file no
-selected rule can fire on is never parsed), one libcst parse, one walk for all
+Per file: a text pre-filter picks the rules that could fire (`RuleEntry.wants`:
+a file no selected rule can fire on is never parsed, and libcst is not even
+imported for it), then `engine/parsed.py`: one libcst parse, one walk for all
 of them, positions computed only when something was reported.
 """
 
 from __future__ import annotations
 
 import ast
-import gc
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from itertools import accumulate
 
-import libcst as cst
-
-from memlint.analysis.context import Context
-from memlint.analysis.flows import ValueFlows
-from memlint.analysis.names import ImportTable
-from memlint.analysis.project import (FactCollector, ModuleFacts, Project, cpu_default_options,
+from memlint.analysis.project import (ModuleFacts, Project, cpu_default_options,
                                       imported_modules, mentions_cuda, module_name,
                                       runs_distributed, top_level_functions)
-from memlint.analysis.walker import handlers_for, walk
-from memlint.engine.positions import positions_of
+from memlint.analysis.screens import sets_a_device_maybe
 from memlint.engine.settings import Settings
-from memlint.engine.suppression import is_suppressed, skips_file
-from memlint.finding import Edit, Finding, Fix, Related
-from memlint.rules import ALL_RULES, NAMES_BY_CODE, SEVERITY_BY_CODE, SYNTAX_ERROR_CODE
-from memlint.rules.base import FixPlan
+from memlint.engine.suppression import skips_file
+from memlint.finding import Finding
+from memlint.rules import NAMES_BY_CODE, SYNTAX_ERROR_CODE
+from memlint.rules.catalogue import CATALOGUE
 
 #: Python's line ends; str.splitlines() also splits on form feeds and others.
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
@@ -71,79 +63,13 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
                         imported_modules(source), ".cuda(" in source or ".to(" in source,
                         cpu_default_options=cpu_default_options(source),
                         defines=top_level_functions(source))
-    rule_types = [r for r in ALL_RULES
-                  if r.code in selected and r.wants(source, lowered)]
-    if not rule_types and not FactCollector.needs_walk(source):
+    wanted = [entry.code for entry in CATALOGUE
+              if entry.code in selected and entry.wants(source, lowered)]
+    if not wanted and not sets_a_device_maybe(source):
         return _syntax_check_only(source, path), facts
-    with _collector_paused():
-        return _check_parsed(source, path, settings, noqa, rule_types, facts), facts
+    from memlint.engine.parsed import check_parsed  # libcst and the rules: only now
 
-
-def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
-                  rule_types: list, facts: ModuleFacts) -> list[Finding]:
-    module = _parse(source, path)
-    if isinstance(module, Finding):
-        return [module]
-    ctx = Context(ImportTable(), path)
-    ctx.analyses[FactCollector] = FactCollector(ctx, facts)
-    if facts.copies_to_device:  # what its functions do with their parameters, for other files
-        ValueFlows.of(ctx)
-    rules = [r(ctx, settings.rule_options.get(r.code)) for r in rule_types]
-    walkers = [*ctx.analyses.values(), *rules]  # shared analyses first
-    try:
-        walk(module, ctx, handlers_for(walkers, "visit_"), handlers_for(walkers, "leave_"))
-        for rule in rules:
-            rule.finish()
-        flows = ctx.analyses.get(ValueFlows)
-        if flows is not None:
-            facts.parameter_flows = flows.parameter_facts()
-    except RecursionError as error:
-        raise RuleCrash(f"recursion limit reached while checking: {error}") from error
-    except Exception as error:
-        raise RuleCrash(f"{type(error).__name__}: {error}") from error
-    finally:
-        ctx.close()
-    reports = [(rule, *report) for rule in rules for report in rule.reports]
-    if not reports:
-        return []
-    try:
-        return _place(module, source, path, reports, noqa, settings.severity_of)
-    except RecursionError:  # libcst's code generation recurses in Python
-        return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
-                                         "memlint to place its findings")]
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """libcst builds hundreds of thousands of acyclic nodes per file; the cyclic
-    garbage collector scanning them as they are made costs ~10% of the parse
-    and frees nothing (reference counting does)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-@contextmanager
-def _nodes_unvalidated() -> Iterator[None]:
-    """Each libcst node checks its own fields as it is made (`_validate`, from
-    `cst.CSTNode.__post_init__`): a guard for trees built by hand, ~13% of the parse
-    of a tree the parser has just built from valid source (libcst's own comment
-    there says validation belongs elsewhere for that reason). Nodes built while
-    parsing skip it; nodes built afterwards (the fixes) are still checked."""
-    validating = cst.CSTNode.__post_init__
-    cst.CSTNode.__post_init__ = _no_validation
-    try:
-        yield
-    finally:
-        cst.CSTNode.__post_init__ = validating
-
-
-def _no_validation(node: cst.CSTNode) -> None:
-    pass
+    return check_parsed(source, path, settings, noqa, wanted, facts), facts
 
 
 def _syntax_check_only(source: str, path: str) -> list[Finding]:
@@ -157,119 +83,12 @@ def _syntax_check_only(source: str, path: str) -> list[Finding]:
         return []
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         pass
-    module = _parse(source, path)
+    from memlint.engine.parsed import parse  # libcst only for a file CPython refused
+
+    module = parse(source, path)
     return [module] if isinstance(module, Finding) else []
 
 
-def _parse(source: str, path: str) -> cst.Module | Finding:
-    """The libcst tree, or the MEM000 finding that says why there is none."""
-    too_deep = _nested_too_deeply(source)
-    if too_deep is not None:
-        return syntax_error(path, *too_deep)
-    try:
-        with _nodes_unvalidated():
-            return cst.parse_module(source)
-    except cst.ParserSyntaxError as error:
-        return syntax_error(path, *_parse_failure(source, error))
-    except (RecursionError, MemoryError):
-        return syntax_error(path, 1, 1, "cannot parse the file: nested too deeply for libcst")
-    except Exception as error:  # libcst raises a few non-ParserSyntaxError errors on odd input
-        return syntax_error(path, 1, 1, f"cannot parse the file: {error}")
-
-
-def _place(module: cst.Module, source: str, path: str, reports,
-           noqa: bool = True, severity_of=SEVERITY_BY_CODE.get) -> list[Finding]:
-    """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
-    wanted = [n for _, node, stmt, _, _, related, fix in reports
-              for n in (node, stmt, *(evidence for evidence, _ in related), *_fixed_nodes(fix))
-              if n is not None]
-    positions = positions_of(module, wanted)
-    lines = LINE_BREAK.split(source)
-    findings = set()
-    for rule, node, stmt, message, unless, related, plan in reports:
-        span = positions[id(node)]
-        statement = positions.get(id(stmt))
-        line, column = span.start.line, span.start.column
-        if statement is not None and statement.start.line < line:
-            # reported on the statement's first line, where a user writes `# noqa`
-            line, column = statement.start.line, statement.start.column
-        # a `# noqa` on any line of a simple statement counts, as in flake8
-        last = statement.end.line if isinstance(stmt, cst.SimpleStatementLine) else line
-        if noqa and any(is_suppressed(text, rule.code)
-                        for text in lines[line - 1:max(line, last)]):
-            continue
-        findings.add(Finding(path=path, line=line, column=column + 1, code=rule.code,
-                             end_line=span.end.line, end_column=span.end.column + 1,
-                             name=rule.name, message=message, unless=unless,
-                             related=tuple(_related(path, positions, related)),
-                             fix=_fix(module, positions, plan, lines),
-                             severity=severity_of(rule.code)))
-    return sorted(findings)
-
-
-def _fixed_nodes(plan: FixPlan | None) -> list[cst.CSTNode]:
-    if plan is None:
-        return []
-    return [old for old, _ in plan.replacements] + [node for node, _ in plan.insertions]
-
-
-def _fix(module: cst.Module, positions, plan: FixPlan | None, lines: list[str]) -> Fix | None:
-    """A rule's fix plan with positions: the new code of each replaced node
-    (libcst renders it as written, but for the change); each inserted line
-    goes above its node's first line, at its indentation, with the file's
-    own line ending."""
-    if plan is None:
-        return None
-    edits = []
-    for old, new in plan.replacements:
-        span = positions[id(old)]
-        edits.append(Edit(span.start.line, span.start.column + 1, span.end.line,
-                          span.end.column + 1,
-                          _code_at(module, new, _indentation(lines[span.start.line - 1]))))
-    for node, text in plan.insertions:
-        start = positions[id(node)].start
-        edits.append(Edit(start.line, start.column + 1, start.line, start.column + 1,
-                          text + module.default_newline + _indentation(lines[start.line - 1])))
-    return Fix(plan.applicability, plan.message, tuple(sorted(edits, key=_edit_start)))
-
-
-def _indentation(line: str) -> str:
-    return line[:len(line) - len(line.lstrip(" \t"))]
-
-
-def _code_at(module: cst.Module, node: cst.CSTNode, indent: str) -> str:
-    """The code of `node` as it reads where it stands: the continuation lines
-    of a bracketed expression carry their block's indentation, which libcst
-    adds from the enclosing blocks (`Module.code_for_node` has none)."""
-    from libcst._nodes.internal import CodegenState  # the state code_for_node uses
-
-    state = CodegenState(default_indent=module.default_indent,
-                         default_newline=module.default_newline)
-    state.indent_tokens = [indent] if indent else []
-    node._codegen(state)
-    return "".join(state.tokens)
-
-
-def _edit_start(edit: Edit) -> tuple[int, int]:
-    return edit.line, edit.column
-
-
-def _related(path: str, positions, related) -> list[Related]:
-    """The evidence of one finding, where the rule reported it."""
-    placed = []
-    for node, message in related:
-        start = positions[id(node)].start
-        placed.append(Related(path=path, line=start.line, column=start.column + 1,
-                              message=message))
-    return placed
-
-
-#: libcst's native parser recurses on the machine stack: about 2,000 nested
-#: brackets or 10,000 chained operators kill the process (SIGSEGV), and chains
-#: in the low thousands already take it seconds to minutes (the time grows with
-#: the cube of the length). CPython's own parser refuses such code cleanly, so a
-#: file that looks deep is first given to it. The supervisor in `isolation`
-#: catches what these cheap looks miss, at the cost of a crash or a timeout.
 _BRACKETS = re.compile(r"[()\[\]{}]")
 _SUSPICIOUS_DEPTH = 100
 _SUSPICIOUS_LINE_LENGTH = 2000
@@ -361,25 +180,6 @@ def _where_deep(source: str) -> int:
     starts = [m.start() + 1 for p in (_CHAINED_LINES, _CONTINUED_LINES, _OPENING_RUN)
               if (m := p.search(source))]
     return source.count("\n", 0, min(starts)) + 1 if starts else 1
-
-
-def _parse_failure(source: str, error: cst.ParserSyntaxError) -> tuple[int, int, str]:
-    """Where and why the file does not parse. CPython's message is the one users
-    know ("Missing parentheses in call to 'print'"), so it is preferred; libcst's
-    is the fallback for syntax newer than the running Python."""
-    try:
-        ast.parse(source)
-    except SyntaxError as python_error:
-        if python_error.lineno:
-            return (python_error.lineno, max(python_error.offset or 1, 1),
-                    f"cannot parse the file: {python_error.msg}")
-    except (ValueError, RecursionError, MemoryError):
-        pass
-    line, column = error.raw_line, error.raw_column + 1
-    position = _LIBCST_POSITION.search(error.message)
-    if position:  # the native parser's raw_column is 0; its message has the real one
-        line, column = int(position.group(1)), int(position.group(2)) + 1
-    return line, column, f"cannot parse the file: {error.message.removeprefix('parser error: ')}"
 
 
 def syntax_error(path: str, line: int, column: int, message: str) -> Finding:

@@ -1,35 +1,48 @@
-"""The rule registry: every module in this package holds one rule.
+"""The rule registry: every module in this package holds one rule, listed in
+`catalogue.py`.
 
-Codes are unique and never reused; that is checked here, once.
+Codes, names and severities come from the catalogue, which imports nothing
+heavy; the rule classes (and libcst with them) are imported on first use of
+`ALL_RULES` or `RULES_BY_CODE`, so that `memlint check` imports libcst only
+when a file has to be parsed. Codes are unique and never reused, and every
+entry has its class: both checked when the classes load.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
-from memlint.rules.base import Rule
+from memlint.rules.catalogue import CATALOGUE
 
 SYNTAX_ERROR_CODE = "MEM000"
 SYNTAX_ERROR_NAME = "syntax-error"
 
-
-def _load() -> list[type[Rule]]:
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-    rules = sorted(Rule.__subclasses__(), key=lambda r: r.code)
-    codes = [r.code for r in rules]
-    if len(codes) != len(set(codes)) or SYNTAX_ERROR_CODE in codes:
-        raise RuntimeError(f"rule codes must be unique: {codes}")
-    return rules
-
-
-ALL_RULES: list[type[Rule]] = _load()
-RULES_BY_CODE: dict[str, type[Rule]] = {r.code: r for r in ALL_RULES}
-ALL_CODES: list[str] = [SYNTAX_ERROR_CODE, *RULES_BY_CODE]
+ALL_CODES: list[str] = [SYNTAX_ERROR_CODE, *(entry.code for entry in CATALOGUE)]
 NAMES_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: SYNTAX_ERROR_NAME,
-                                 **{r.code: r.name for r in ALL_RULES}}
+                                 **{entry.code: entry.name for entry in CATALOGUE}}
 #: error > warning > note; a finding's severity is one of these
 SEVERITIES: tuple[str, ...] = ("note", "warning", "error")
 SEVERITY_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: "error",
-                                    **{r.code: r.severity for r in ALL_RULES}}
+                                    **{entry.code: entry.severity for entry in CATALOGUE}}
+
+
+def _load() -> list:
+    from memlint.rules.base import Rule
+
+    for entry in CATALOGUE:
+        importlib.import_module(f"{__name__}.{entry.module}")
+    rules = sorted(Rule.__subclasses__(), key=lambda r: r.code)
+    codes = [r.code for r in rules]
+    if len(codes) != len(set(codes)) or SYNTAX_ERROR_CODE in codes \
+            or codes != sorted(entry.code for entry in CATALOGUE):
+        raise RuntimeError(f"rule codes must be unique and catalogued: {codes}")
+    return rules
+
+
+def __getattr__(name: str):
+    """`ALL_RULES` and `RULES_BY_CODE`, loaded on first use."""
+    if name in ("ALL_RULES", "RULES_BY_CODE"):
+        rules = _load()
+        globals().update(ALL_RULES=rules, RULES_BY_CODE={r.code: r for r in rules})
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

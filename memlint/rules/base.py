@@ -1,7 +1,8 @@
 """The base class every rule derives from.
 
 A rule module reads top to bottom: docstring (the rule's summary), `code`,
-`name`, `keywords`, the `VALID` / `INVALID` examples (collected by one generic
+the `VALID` / `INVALID` examples (its name, severity and keywords are its entry in
+`catalogue.py`) (collected by one generic
 test), then `visit_<Node>` / `leave_<Node>` methods that call `self.report`.
 Suppression, positions and selection are the engine's business; no rule looks
 at comments.
@@ -16,6 +17,7 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.project import Condition
+from memlint.rules.catalogue import ENTRIES_BY_CODE, RuleEntry
 
 
 class FixPlan(NamedTuple):
@@ -32,16 +34,21 @@ class FixPlan(NamedTuple):
 
 class Rule:
     code: ClassVar[str]
+    #: name, default severity and text screen: from the rule's entry in
+    #: `catalogue.py`, which the engine reads without importing the rules
     name: ClassVar[str]
-    #: "error" (a leak, a crash, a call with no effect), "warning" (memory that
-    #: grows with the data or the model) or "note" (speed): the default, which
-    #: `[tool.memlint.severity]` overrides; `--fail-on` decides the exit code
     severity: ClassVar[str] = "warning"
-    #: The file is only parsed for this rule if its text contains one of these.
     keywords: ClassVar[tuple[str, ...]]
+    entry: ClassVar[RuleEntry]
     #: Code snippets the rule must leave alone / must flag.
     VALID: ClassVar[list[str]] = []
     INVALID: ClassVar[list[str]] = []
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.entry = ENTRIES_BY_CODE[cls.code]
+        cls.name, cls.severity, cls.keywords = cls.entry.name, cls.entry.severity, \
+            cls.entry.keywords
 
     def __init__(self, ctx: Context, options: dict | None = None) -> None:
         self.ctx = ctx
@@ -68,13 +75,6 @@ class Rule:
             if isinstance(ancestor, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
                 return ancestor
         return None
-
-    @classmethod
-    def wants(cls, source: str, lowered: str) -> bool:
-        """Whether the file's text (and its lower-cased copy) could hold a
-        finding: the screen that spares the parse and the walk. A rule that
-        needs two things in one file overrides it."""
-        return any(k in source for k in cls.keywords)
 
     def finish(self) -> None:
         """Called once after the whole module was walked: rules that need

@@ -10,7 +10,8 @@ import libcst as cst
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
 from memlint.analysis.module_index import PARTIALS, FunctionInfo, ModuleIndex
 from memlint.analysis.names import DATA_LOADERS, call_arg, dotted_name, has_star_args
-from memlint.analysis.project import FactCollector, UnlessLoadersRunInMainProcess
+from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.project import UnlessLoadersRunInMainProcess
 from memlint.rules.base import Rule
 
 #: Dataset methods that run in the worker processes, once per sample or batch.
@@ -78,9 +79,6 @@ class CudaInDataWorker(Rule):
     usually turned on elsewhere."""
 
     code = "MEM002"
-    name = "cuda-in-data-worker"
-    severity = "error"
-    keywords = ("Dataset", "DataLoader", "collate_fn", "worker_init_fn")
 
     VALID = [
         # tensors stay on the CPU in the worker; the training loop moves the batch

@@ -14,7 +14,8 @@ from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, Value
                                     iterated_name, local_owner)
 from memlint.analysis.names import (DATA_LOADERS, call_arg, dotted_name, has_star_kwargs,
                                     literal_bool)
-from memlint.analysis.project import (Either, FactCollector, UnlessHelpersKeepBatchesOnHost,
+from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.project import (Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
@@ -65,9 +66,6 @@ class DataLoaderWithoutPinMemory(Rule):
     """
 
     code = "MEM005"
-    name = "dataloader-without-pin-memory"
-    severity = "note"
-    keywords = ("DataLoader",)
 
     MESSAGE = ("{loader} while this module copies batches to a CUDA device: every batch is "
                "copied from pageable host memory (~7 GB/s vs ~54 GB/s pinned){non_blocking}; "

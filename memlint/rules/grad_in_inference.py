@@ -10,9 +10,9 @@ import libcst as cst
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.project import (Either, FactCollector, UnlessCalledToTrain,
-                                      UnlessCallersDisableGrad, UnlessForwardDisablesGrad,
-                                      UnlessProjectOnCpu)
+from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.project import (Either, UnlessCalledToTrain, UnlessCallersDisableGrad,
+                                      UnlessForwardDisablesGrad, UnlessProjectOnCpu)
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule
@@ -96,9 +96,6 @@ class GradInInference(Rule):
     test files. Reported once per function, on its first such forward call."""
 
     code = "MEM004"
-    name = "grad-in-inference"
-    severity = "warning"
-    keywords = ("eval", "test", "valid", "predict", "infer", "generat", "sampl", "volatile")
 
     VALID = [
         "import torch\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n"

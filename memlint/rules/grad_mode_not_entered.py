@@ -28,9 +28,6 @@ class GradModeNotEntered(Rule):
     activations for a backward that never comes."""
 
     code = "MEM006"
-    name = "grad-mode-not-entered"
-    severity = "error"
-    keywords = ("no_grad", "inference_mode", "enable_grad")
 
     MESSAGE = ("'{written}' on its own line does nothing: the grad mode only changes inside "
                "a with block, so autograd {effect}; write 'with torch.{manager}():' around "

@@ -47,10 +47,6 @@ class HookKeepsActivations(Rule):
     or empty the container every step."""
 
     code = "MEM009"
-    name = "hook-keeps-activations"
-    severity = "error"
-    keywords = ("register_forward_hook", "register_full_backward_hook", "register_backward_hook",
-                "register_forward_pre_hook", "register_hook")
 
     VALID = [
         # a host copy

@@ -6,12 +6,12 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from memlint.analysis.gpu_selection import (BY_INDEX, SELECTION_MARKERS, default_device_use,
-                                            may_use_default_device, selects_a_gpu,
+from memlint.analysis.gpu_selection import (BY_INDEX, default_device_use, selects_a_gpu,
                                             sets_current_device, single_process_test,
                                             under_device_guard)
 from memlint.analysis.names import dotted_name
-from memlint.analysis.project import FactCollector, UnlessHelpersSetDevice
+from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.project import UnlessHelpersSetDevice
 from memlint.analysis.stores import code
 from memlint.rules.base import Rule
 
@@ -54,9 +54,6 @@ class ImplicitDefaultGpu(Rule):
     on GPU 0, which runs out of memory first."""
 
     code = "MEM008"
-    name = "implicit-default-gpu"
-    severity = "warning"
-    keywords = SELECTION_MARKERS  # lower-cased, and a default-device use too: wants()
 
     VALID = [
         # never picks a GPU: the default device is the one it means
@@ -129,10 +126,6 @@ class ImplicitDefaultGpu(Rule):
         "import torch, torch.distributed as dist\ndist.init_process_group('nccl')\n"
         "x = torch.cuda.FloatTensor(10)",
     ]
-
-    @classmethod
-    def wants(cls, source: str, lowered: str) -> bool:
-        return any(k in lowered for k in cls.keywords) and may_use_default_device(source)
 
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)

@@ -10,8 +10,9 @@ from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.flows import root_name
 from memlint.analysis.names import call_arg, defines_method, dotted_name
-from memlint.analysis.project import (Either, FactCollector, UnlessProjectOnCpu,
-                                      UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors)
+from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.project import (Either, UnlessProjectOnCpu, UnlessProjectSavesModelsOnCpu,
+                                      UnlessSavedWithoutGpuTensors)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
 from memlint.rules.rewrites import with_keyword
@@ -32,9 +33,6 @@ class LoadWithoutMapLocation(Rule):
     being built (`__init__`), or the project never mentions CUDA."""
 
     code = "MEM007"
-    name = "load-without-map-location"
-    severity = "warning"
-    keywords = ("load", "save")  # saves too: what a file saves tells the loads of others
 
     RANKS = ("torch.load() without map_location in a multi-process job: every rank restores "
              "the checkpoint onto the GPU it was saved from (usually cuda:0), one copy per "

@@ -49,9 +49,6 @@ class PredictionsKeptOnGpu(Rule):
     has history, the same line is MEM003 (history kept)."""
 
     code = "MEM010"
-    name = "predictions-kept-on-gpu"
-    severity = "warning"
-    keywords = ("append", "extend", "insert", "cat(", "stack(", "concat")
 
     VALID = [
         # moved to the host before it is kept

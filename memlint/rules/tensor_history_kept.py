@@ -13,8 +13,9 @@ from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
 from memlint.analysis.stores import (Store, StoresAt, code, container_name, is_data_loop,
                                      outlived_loops, reads_across_batches)
-from memlint.analysis.project import (Condition, Either, FactCollector,
-                                      UnlessImportedFunctionsKeepNoHistory, UnlessProjectOnCpu)
+from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.project import (Condition, Either, UnlessImportedFunctionsKeepNoHistory,
+                                      UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
 
@@ -63,9 +64,6 @@ class TensorHistoryKept(Rule):
     `.detach().cpu()`) for tensors."""
 
     code = "MEM003"
-    name = "tensor-history-kept"
-    severity = "error"
-    keywords = ("for ", "while ")
 
     VALID = [
         # made afresh every epoch, grows over the two models of one step only

@@ -115,9 +115,6 @@ class WholeDatasetToDevice(Rule):
     in a module that never batches them, where the data set is the batch."""
 
     code = "MEM001"
-    name = "whole-dataset-to-device"
-    severity = "warning"
-    keywords = ("cuda", "dev", ".to(")
 
     MESSAGE = ("'{source}' is put on the GPU whole{how}: the entire data set stays in GPU memory "
                "for the program's lifetime, sized by the data rather than the batch; keep it "
