@@ -127,6 +127,9 @@ class WholeDatasetToDevice(Rule):
         "batch with .to(device, non_blocking=True)")
 
     VALID = [
+        # one image made a batch of one: not a data set
+        "import torch\ninputs_control = Image.open('kitten.jpg')\n"
+        "inputs_control = img_transform(inputs_control).unsqueeze(0)\nx = inputs_control.cuda()",
         # one batch, moved, then moved again: followed back to next(iter(...))
         "import torch\nimages, labels = next(iter(test_loader))\n"
         "images, labels = images.to(device), labels.to(device)\nshow(images)\n"
@@ -683,6 +686,8 @@ class WholeDatasetToDevice(Rule):
         if isinstance(func, cst.Attribute):
             if func.attr.value == "to_numpy":
                 return self._frame_evidence(func.value, depth)
+            if func.attr.value == "unsqueeze" and _leading_axis(node):
+                return NONE  # `transform(image).unsqueeze(0)`: one sample made a batch of one
             if func.attr.value in _SAME_DATA_METHODS:
                 return self._evidence(func.value, depth + 1)
             if func.attr.value in ("sample", "next", "__next__"):
@@ -804,6 +809,12 @@ def _value_given(site: BindingSite) -> cst.BaseExpression:
             and not any(type(e) is cst.StarredElement for e in source.elements):
         return source.elements[site.unpacked_index].value
     return source
+
+
+def _leading_axis(call: cst.Call) -> bool:
+    """`unsqueeze(0)` / `unsqueeze(dim=0)`: a new first axis of size one."""
+    axis = call_arg(call, "dim", position=0)
+    return axis is not None and type(axis.value) is cst.Integer and axis.value.value == "0"
 
 
 def _moves_itself(value: cst.BaseExpression, name: str) -> bool:
