@@ -47,6 +47,10 @@ class LoadWithoutMapLocation(Rule):
                 "target device")
 
     VALID = [
+        # the program's own saves move the model to the CPU first, in a statement of its own
+        "import torch\ndef train(model, path):\n    model.cuda()\n    model.eval().cpu()\n"
+        "    torch.save(model.state_dict(), path)\ndef stylize(path):\n    net = Net()\n"
+        "    net.load_state_dict(torch.load(path))\n    net.cuda()",
         'import torch\nstate = torch.load("ckpt.pt", map_location="cpu")',
         'import torch\nstate = torch.load(path, map_location=device)',
         'import torch\nstate = torch.load(path, map_location=lambda s, loc: s)',
@@ -127,6 +131,9 @@ class LoadWithoutMapLocation(Rule):
         self.copied_into_modules: set[str] = set()  # `net.load_state_dict(d["model"])`
         #: names of models moved to a GPU so far (a model saved before is on the CPU)
         self.moved_to_gpu: set[str] = set()
+        #: where each model name was last moved, in walk order: "cpu" after a
+        #: statement `model.eval().cpu()` (nn.Module moves in place), "gpu" after `.cuda()`
+        self.last_move: dict[str, str] = {}
         self.loads_seen = False  # a torch.load came before (what is saved may be what it read)
         #: (function, name) of state dicts whose every item was moved to the CPU
         self.items_on_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
@@ -136,13 +143,15 @@ class LoadWithoutMapLocation(Rule):
         if qualified in _RANK_STARTERS and self.starts_ranks is None:
             self.starts_ranks = node
         self._note_model_use(node)
+        self._note_move_to_cpu(node)
         if qualified in _SAVERS and len(node.args) >= 2:
             saved, path = node.args[0].value, node.args[1].value
             on_cpu = _saves_cpu_values(saved, self.ctx, self.moved_to_gpu) \
                 or _holds_arguments(saved)
             key = _path_key(path)
             made_here = self._made_without_cuda(saved)
-            on_cpu = on_cpu or self._items_moved_to_cpu(saved) or made_here is True
+            moved_to_cpu = self._moved_to_cpu(saved)
+            on_cpu = on_cpu or self._items_moved_to_cpu(saved) or made_here is True or moved_to_cpu
             file = _file_named(path)
             collector = FactCollector.of(self.ctx)
             if file is not None and collector is not None:
@@ -151,7 +160,7 @@ class LoadWithoutMapLocation(Rule):
             if key is not None:
                 (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
                 self.last_saves.setdefault(self.ctx.function, {})[key] = on_cpu
-            if collector is not None and made_here is not None and not (
+            if collector is not None and (made_here is not None or moved_to_cpu) and not (
                     _holds_optimizer_state(saved) or _holds_arguments(saved)):
                 collector.facts.model_saves.append(on_cpu)
             return
@@ -266,6 +275,33 @@ class LoadWithoutMapLocation(Rule):
             self.used_as_model.add(name)
         if receiver is not None and moves_to_cuda(node, self.ctx):
             self.moved_to_gpu.add(name)
+            self.last_move[name] = "gpu"
+
+    def _note_move_to_cpu(self, node: cst.Call) -> None:
+        """`transformer.eval().cpu()` as a statement of its own: the module is
+        on the CPU from here until it is moved back."""
+        func = node.func
+        if not isinstance(func, cst.Attribute) or type(self.ctx.parent) is not cst.Expr:
+            return
+        target = call_arg(node, "device", position=0)
+        if not (func.attr.value == "cpu" or (func.attr.value == "to" and target is not None
+                                             and string_value(target.value) == "cpu")):
+            return
+        receiver = func.value
+        while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
+                and receiver.func.attr.value in ("eval", "train", "float", "double", "half"):
+            receiver = receiver.func.value
+        name = dotted_name(receiver)
+        if name is not None:
+            self.last_move[name] = "cpu"
+
+    def _moved_to_cpu(self, saved: cst.BaseExpression) -> bool:
+        """`torch.save(model.state_dict(), ...)` after `model.cpu()` moved it."""
+        if not (isinstance(saved, cst.Call) and isinstance(saved.func, cst.Attribute)
+                and saved.func.attr.value == "state_dict"):
+            return False
+        name = dotted_name(saved.func.value)
+        return name is not None and self.last_move.get(name) == "cpu"
 
     def finish(self) -> None:
         distributed = self.starts_ranks is not None or FactCollector.of(self.ctx).facts.distributed
