@@ -119,7 +119,7 @@ def test_a_launch_without_findings_still_reports_each_rank_and_each_gpu():
     from memlint.verify.runner import ScriptRun
     shared = {"devices_by_pid": {"11": {"cuda:0": 600 * MiB}, "12": {"cuda:1": 610 * MiB}}}
     ranks = [ScriptRun(f"train.py [rank {r}]", [], {"exit": "completed"}, 3.0,
-                       raw={"rank": r, "contexts": shared, "account": {
+                       raw={"rank": r, "pid": 11 + r, "contexts": shared, "account": {
                            "pid": 11 + r, "device": f"cuda:{r}", "context_bytes": 500 * MiB,
                            "peak_reserved": 90 * MiB, "peak_allocated": 80 * MiB,
                            "at_peak": {"t": 2.0, "nvml": (600 + 10 * r) * MiB,

@@ -583,11 +583,9 @@ class Project:
         parts = module.split(".")
         found = []
         for facts in self.modules:
-            for callee, main_process in facts.worker_functions.items():
-                owner, _, name = callee.rpartition(".")
-                if name == function and owner and facts.module != module \
-                        and _same_module(owner.lstrip(".").split("."), parts):
-                    found.append(main_process)
+            if facts.module != module:
+                found.extend(main_process for callee, main_process in facts.worker_functions.items()
+                             if _names_function(callee, function, parts))
         return found
 
     def calls_of(self, module: str, function: str) -> list[tuple[ModuleFacts, CallFact]]:
@@ -600,10 +598,8 @@ class Project:
         for facts in self.modules:
             if facts.module == module:
                 continue  # the file's own calls were judged by its module index
-            for call in facts.calls:
-                owner, _, name = call.callee.rpartition(".")
-                if name == function and owner and _same_module(owner.lstrip(".").split("."), parts):
-                    found.append((facts, call))
+            found.extend((facts, call) for call in facts.calls
+                         if _names_function(call.callee, function, parts))
         return found
 
     def position_of(self, facts: ModuleFacts, call: CallFact) -> tuple[int, int] | None:
@@ -659,6 +655,14 @@ def _ast_dotted_name(node: ast.expr) -> str | None:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
+
+
+def _names_function(callee: str, function: str, module_parts: list[str]) -> bool:
+    """Whether `callee`, as a file's import names it (`pkg.utils.evaluate`,
+    `.utils.evaluate`), is `function` of the module `module_parts`."""
+    owner, _, name = callee.rpartition(".")
+    return name == function and bool(owner) \
+        and _same_module(owner.lstrip(".").split("."), module_parts)
 
 
 def _same_module(named: list[str], defined: list[str]) -> bool:

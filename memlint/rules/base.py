@@ -1,9 +1,9 @@
 """The base class every rule derives from.
 
-A rule module reads top to bottom: docstring (the rule's summary), `code`,
-the `VALID` / `INVALID` examples (its name, severity and keywords are its entry in
-`catalogue.py`) (collected by one generic
-test), then `visit_<Node>` / `leave_<Node>` methods that call `self.report`.
+A rule module reads top to bottom: docstring (the rule's summary), `code`
+(its name, severity and keywords are its entry in `catalogue.py`), the
+`VALID` / `INVALID` examples (collected by one generic test), then
+`visit_<Node>` / `leave_<Node>` methods that call `self.report`.
 Suppression, positions and selection are the engine's business; no rule looks
 at comments.
 """
@@ -37,7 +37,7 @@ class Rule:
     #: name, default severity and text screen: from the rule's entry in
     #: `catalogue.py`, which the engine reads without importing the rules
     name: ClassVar[str]
-    severity: ClassVar[str] = "warning"
+    severity: ClassVar[str]
     keywords: ClassVar[tuple[str, ...]]
     entry: ClassVar[RuleEntry]
     #: Code snippets the rule must leave alone / must flag.

@@ -387,15 +387,11 @@ class CudaInDataWorker(Rule):
             if site.unit in reached and site.statement not in flagged_statements:
                 flagged_statements.add(site.statement)  # `return x.cuda(), y.cuda()` once
                 entry = reached[site.unit][0]
-                unless = UnlessLoadersRunInMainProcess(self.ctx_module, entry.name) \
+                unless = UnlessLoadersRunInMainProcess(
+                    FactCollector.of(self.ctx).facts.module, entry.name) \
                     if entry in self._loaded_elsewhere else None
                 self.report(site.node, _message(site, *reached[site.unit]), site.statement,
                             unless=unless)
-
-    @property
-    def ctx_module(self) -> str:
-        collector = FactCollector.of(self.ctx)
-        return collector.facts.module if collector is not None else ""
 
     def _note_imported_worker_functions(self) -> None:
         """Tell the project which imported functions this file's loaders run in

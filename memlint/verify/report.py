@@ -51,19 +51,15 @@ def _launch_ends(runs: list[ScriptRun]) -> dict[int, list[ScriptRun]]:
 
 
 def _ranks_by_pid(ranks: list[ScriptRun]) -> dict[str, int]:
-    return {str(_pid(run.raw)): run.raw["rank"] for run in ranks if _pid(run.raw) is not None}
+    return {str(run.raw["pid"]): run.raw["rank"] for run in ranks
+            if (run.raw or {}).get("pid") is not None}
 
 
 def selected_gpus(ranks: list[ScriptRun]) -> dict[str, str]:
     """pid -> the GPU each rank measured as its own (`cuda:LOCAL_RANK`)."""
-    return {str(_pid(run.raw)): run.raw["device"] for run in ranks
-            if _pid(run.raw) is not None and str(run.raw.get("device", "")).startswith("cuda")}
-
-
-def _pid(raw: dict | None) -> int | None:
-    """The process of a rank's run (older results name it only in the account)."""
-    raw = raw or {}
-    return raw.get("pid") or (raw.get("account") or {}).get("pid")
+    return {str(run.raw["pid"]): run.raw["device"] for run in ranks
+            if (run.raw or {}).get("pid") is not None
+            and str(run.raw.get("device", "")).startswith("cuda")}
 
 
 def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
