@@ -113,6 +113,11 @@ def test_source_as_one_string_and_windows_line_breaks():
     (["%%time", "x = torch.load(p)"], ["", "x = torch.load(p)"]),
     (["%%bash", "python -c 'torch.load(p)'"], ["", ""]),
     (["%%writefile train.py", "x = torch.load(p)"], ["", ""]),
+    # a shell escape continued by backslashes (YOLOv7's export cell, mmaction2's wget)
+    (["!python export.py --weights w.pt \\", "        --grid --simplify \\", "        --img 640",
+      "x = torch.load(p)"], ["pass", "", "", "x = torch.load(p)"]),
+    # a Python line continued by a backslash stays Python
+    (["!ls", "x = 1 + \\", "    2"], ["pass", "x = 1 + \\", "    2"]),
     (["x = a % b", "y = x != 2", "z = f(a) if b else c"],
      ["x = a % b", "y = x != 2", "z = f(a) if b else c"]),
 ])

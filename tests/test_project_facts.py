@@ -116,6 +116,32 @@ def test_the_load_message_fits_the_program(tmp_path):
     assert "every tensor restored" in restored[0].message
 
 
+@pytest.mark.parametrize("guard", [
+    "if args.gpu is None:",        # imagenet, SimSiam: one process drives every GPU
+    "if rank in [-1, 0]:",         # YOLOv7: the main rank alone
+    "if not args.distributed:",
+])
+def test_a_load_only_one_process_runs_is_not_said_of_every_rank(guard):
+    source = ("import torch\nimport torch.distributed as dist\n"
+              "dist.init_process_group('nccl')\n"
+              f"{guard}\n    net.load_state_dict(torch.load(p))\n"
+              "else:\n    net.load_state_dict(torch.load(p, map_location=f'cuda:{args.gpu}'))\n")
+    found = check_source(source)
+    assert [f.code for f in found] == ["MEM007"]
+    assert "second copy of the checkpoint" in found[0].message and not found[0].related
+    every_rank = check_source(source.replace(guard, "if args.resume:"))
+    assert "every rank" in every_rank[0].message
+
+
+def test_a_tensorrt_engines_state_is_not_a_checkpoint_of_gpu_tensors():
+    source = ("import torch\nmodel.cuda()\ndef evaluate(trt_file):\n"
+              "    from torch2trt import TRTModule\n    model_trt = TRTModule()\n"
+              "    model_trt.load_state_dict(torch.load(trt_file))\n")
+    assert check_source(source) == []
+    engine_elsewhere = source.replace("from torch2trt import", "from nets import")
+    assert [f.code for f in check_source(engine_elsewhere)] == ["MEM007"]
+
+
 def test_a_whole_pickled_model_is_the_model_not_a_second_copy():
     for source in ("import torch\nnet = torch.load(p).cuda()\n",
                    "import torch\nnet = torch.load(p)\nnet.eval()\nnet.cuda()\n"):
@@ -335,3 +361,59 @@ def test_a_collate_function_is_judged_by_the_loaders_of_the_files_that_import_it
             "model = torch.nn.Linear(2, 2).cuda()\n")
     found = [c for c in codes(tmp_path) if c[2] == "MEM002"]
     assert found == ([("ch07.py", 3, "MEM002")] if reported else [])
+
+
+MODEL = ("import torch\n"
+         "class Model(torch.nn.Module):\n"
+         "    def __init__(self):\n"
+         "        super().__init__()\n"
+         "        self.head = torch.nn.Linear(8, 2)\n"
+         "    def forward(self, x, y):\n"
+         "        align_loss = 0\n"
+         "        loss = torch.nn.functional.cross_entropy(self.head(x), y)\n"
+         "        return loss, {kept}, align_loss\n")
+TRAIN_STEPS = ("import torch\n"
+               "from model import Model\n"
+               "def train(model, loader, optimizer):\n"
+               "    dual_losses, align_losses = [], []\n"
+               "    for x, y in loader:\n"
+               "        loss, dual_loss, align_loss = model(x.cuda(), y.cuda())\n"
+               "        loss.backward()\n"
+               "        optimizer.step()\n"
+               "        dual_losses.append(dual_loss)\n"
+               "        align_losses.append(align_loss)\n")
+
+
+@pytest.mark.parametrize("kept, reported", [
+    ("loss.item()", [("train.py", 9, "MEM003")][:0]),  # the forward gives Python numbers there
+    ("loss * 2", [("train.py", 9, "MEM003")]),          # a tensor with the forward's graph
+])
+def test_what_a_model_returns_at_a_position_is_read_from_the_programs_forward(
+        tmp_path, kept, reported):
+    (tmp_path / "model.py").write_text(MODEL.format(kept=kept))
+    (tmp_path / "train.py").write_text(TRAIN_STEPS)
+    assert [c for c in codes(tmp_path) if c[2] == "MEM003"] == reported
+
+
+SUPER_RESOLUTION = (
+    "import argparse, torch\nfrom torch.utils.data import DataLoader\n"
+    "parser = argparse.ArgumentParser()\n"
+    "parser.add_argument('--{option}', action='store_true', help='Enables acceleration')\n"
+    "opt = parser.parse_args()\n"
+    "if opt.{option} and torch.accelerator.is_available():\n"
+    "    device = torch.accelerator.current_accelerator()\n"
+    "else:\n"
+    "    device = torch.device('cpu')\n"
+    "loader = DataLoader(train_set, batch_size=64, shuffle=True)\n"
+    "for batch in loader:\n"
+    "    x, y = batch[0].to(device), batch[1].to(device)\n")
+
+
+@pytest.mark.parametrize("option, reported", [
+    ("accel", False),      # pytorch/examples: the accelerator only when asked
+    ("verbose", True),     # not a device switch: the accelerator whenever there is one
+])
+def test_an_accelerator_behind_an_option_that_is_off_by_default_is_cpu_code(
+        tmp_path, option, reported):
+    (tmp_path / "main.py").write_text(SUPER_RESOLUTION.format(option=option))
+    assert [code for _, _, code in codes(tmp_path)] == (["MEM005"] if reported else [])

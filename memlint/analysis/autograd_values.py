@@ -205,6 +205,10 @@ class AutogradValues:
     def carries_history(self, node: cst.BaseExpression) -> bool | None:
         return self.value_of(node).history
 
+    def callee_kind(self, func: cst.BaseExpression) -> str | None:
+        """"module", "loss", "other" or None: what calling `func` runs."""
+        return self._callee_kind(func)
+
     def depends_on(self, node: cst.BaseExpression, name: str) -> bool:
         """Whether `node` reads `name`, directly or through the bindings of the
         names it reads (`out = layer(h); h = h + out` depends on `h`)."""

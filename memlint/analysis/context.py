@@ -44,6 +44,8 @@ class BindingSite(NamedTuple):
     previous: BindingSite | None = None
     #: the `if`/`elif`/`else` chains around the assignment, each with the branch it is in
     branches: tuple[tuple[cst.If, cst.CSTNode], ...] = ()
+    #: for `a, b = f(x)`, how many names the value was unpacked into
+    unpacked_length: int | None = None
 
 
 @dataclass
@@ -146,6 +148,18 @@ class Context:
         """A test module: `test_*.py`, `*_test.py`, `tests.py`, `conftest.py`, or
         any file under a `tests` folder (unittest suites name files freely)."""
         return is_test_path(self.path)
+
+    @property
+    def in_pytest_test(self) -> bool:
+        """In a `test_*` function (or a method of a `Test*` class) of a test
+        file: a unit test, which builds its own small model and data. A
+        research repository's `test_classification.py` script, which evaluates
+        the trained model, has no such function around its code."""
+        if not self.in_test_file:
+            return False
+        function, class_def = self.function, self.class_def
+        return (function is not None and function.name.value.startswith("test_")) or \
+            (class_def is not None and class_def.name.value.startswith("Test"))
 
     def in_cpu_branch(self) -> bool:
         """Inside the branch of an `if` on CUDA that runs without it: the `else`
@@ -343,7 +357,7 @@ class Context:
         return not self.grad_disabled
 
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression,
-              unpacked: tuple[cst.BaseExpression, int] | None = None) -> None:
+              unpacked: tuple[cst.BaseExpression, int, int] | None = None) -> None:
         # runs for every assignment target: exact types, no ABC isinstance misses
         if type(target) in _SEQUENCES:
             values = value.elements if type(value) in _SEQUENCES else None
@@ -352,7 +366,7 @@ class Context:
                 if values is not None:
                     self._bind(element.value, inner)
                 else:
-                    self._bind(element.value, _UNKNOWN, (value, i))
+                    self._bind(element.value, _UNKNOWN, (value, i, len(target.elements)))
             return
         name = dotted_name(target)
         if name is None:
@@ -372,9 +386,10 @@ class Context:
                               orelse=value)
         scope.bindings[name] = value
         self._changes += 1
-        unpacked_from, unpacked_index = unpacked or (None, None)
+        unpacked_from, unpacked_index, unpacked_length = unpacked or (None, None, None)
         scope.sites[name] = BindingSite(value, tuple(innermost.loops), not self.grad_disabled,
-                                        unpacked_from, unpacked_index, previous, branches)
+                                        unpacked_from, unpacked_index, previous, branches,
+                                        unpacked_length)
 
     def _branches(self) -> tuple[tuple[cst.If, cst.CSTNode], ...]:
         """The `if`/`elif`/`else` chains the current statement is in (within

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from memlint.analysis.context import Context
@@ -10,6 +12,9 @@ from memlint.analysis.module_index import names_grad_off
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import CallFact, ModuleFacts
 from memlint.analysis.screens import DEVICE_SETTER_TAILS
+
+if TYPE_CHECKING:
+    from memlint.analysis.autograd_values import AutogradValues
 
 
 class FactCollector:
@@ -25,6 +30,8 @@ class FactCollector:
         #: names bound by relative imports (`from .validation import validate`:
         #: `validate` -> `.validation.validate`), which the import table leaves out
         self._relative: dict[str, str] = {}
+        #: what forwards' returned tuples hold (`forward_elements`)
+        self._values: AutogradValues | None = None
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(([], [False]))
@@ -32,6 +39,27 @@ class FactCollector:
         if node.name.value == "forward" and class_def is not None and any(
                 names_grad_off(d.decorator) for d in node.decorators):
             self.facts.grad_off_forwards.add(class_def.name.value)
+
+    def visit_Return(self, node: cst.Return) -> None:
+        function, class_def = self.ctx.function, self.ctx.class_def
+        if function is None or class_def is None or function.name.value != "forward" \
+                or self.ctx.scopes[-2].node is not class_def:
+            return
+        name, known = class_def.name.value, self.facts.forward_elements
+        if not isinstance(node.value, cst.Tuple) or known.get(name) == () or any(
+                isinstance(e, cst.StarredElement) for e in node.value.elements):
+            known[name] = ()  # a forward that returns anything else: nothing to say
+            return
+        # imported here: autograd_values stands on devices, which stands on this module
+        from memlint.analysis.autograd_values import AutogradValues
+
+        if self._values is None:
+            self._values = AutogradValues(self.ctx)  # made for the few files that need it
+        clean = tuple(self._values.value_of(e.value).history is False
+                      for e in node.value.elements)
+        earlier = known.get(name, clean)
+        known[name] = tuple(a and b for a, b in zip(earlier, clean)) \
+            if len(earlier) == len(clean) else ()
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if not node.relative or isinstance(node.names, cst.ImportStar):
@@ -118,4 +146,6 @@ class FactCollector:
 
 
 #: Options that turn the GPU on (`--no-cuda`, `--cpu` turn it off: CUDA by default).
-_CUDA_OPTIONS = {"cuda", "gpu", "use_gpu", "use_cuda", "with_cuda", "enable_cuda", "on_gpu"}
+#: `--accel`: pytorch/examples' switch to `torch.accelerator.current_accelerator()`.
+_CUDA_OPTIONS = {"cuda", "gpu", "use_gpu", "use_cuda", "with_cuda", "enable_cuda", "on_gpu",
+                 "accel", "use_accel", "accelerator", "use_accelerator"}

@@ -238,9 +238,13 @@ def single_process_test(test: cst.BaseExpression) -> bool | None:
     if type(test) is not cst.Comparison or len(test.comparisons) != 1:
         return None
     left = test.left
+    target = test.comparisons[0]
+    if type(target.operator) is cst.Is and type(target.comparator) is cst.Name \
+            and target.comparator.value == "None" and _INDEX_NAME.search(
+                (dotted_name(left) or "").rsplit(".", 1)[-1].lower()):
+        return True  # `args.gpu is None`: no GPU of its own, one process for the node
     left_name = dotted_name(left.func if type(left) is cst.Call else left) or ""
     last = left_name.rsplit(".", 1)[-1].lower()
-    target = test.comparisons[0]
     operator, right = type(target.operator), _number_set(target.comparator)
     if right is None:
         return None
@@ -257,6 +261,20 @@ def single_process_test(test: cst.BaseExpression) -> bool | None:
         if operator is cst.GreaterThan and right == {1}:
             return False
     return None
+
+
+def in_single_process_arm(ctx: Context) -> bool:
+    """In the branch that runs as one process, or on rank 0 alone: `if
+    local_rank == -1:`, the `else` of `if args.distributed:`, `if rank == 0:`,
+    `if args.gpu is None:`."""
+    ancestors = ctx.ancestors
+    for i in range(len(ancestors) - 1):
+        branch = ancestors[i]
+        if type(branch) is cst.If:
+            single = single_process_test(branch.test)
+            if single is not None and single == (ancestors[i + 1] is branch.body):
+                return True
+    return False
 
 
 def _number_set(node: cst.BaseExpression) -> set[int] | None:

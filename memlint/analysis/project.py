@@ -93,6 +93,9 @@ class ModuleFacts:
     #: classes whose `forward` is decorated `@torch.no_grad()` (or
     #: `inference_mode`): calling one records no graph
     grad_off_forwards: set[str] = field(default_factory=set)
+    #: classes whose `forward` returns a tuple: per position, whether what
+    #: every `return` puts there holds no autograd history (`loss.item()`, `0`)
+    forward_elements: dict[str, tuple[bool, ...]] = field(default_factory=dict)
     #: functions this file's DataLoaders run in their workers that another
     #: module defines (`collate_fn=partial(custom_collate_fn, ...)` of an
     #: imported one), as imported (`pkg.ch07.custom_collate_fn`), each with
@@ -322,6 +325,24 @@ class UnlessForwardDisablesGrad(Condition):
 
     def drops(self, project: Project) -> bool:
         return any(self.class_name in facts.grad_off_forwards for facts in project.modules)
+
+
+@dataclass(frozen=True)
+class UnlessForwardsGiveNoHistoryAt(Condition):
+    """Position `index` of what a model of unknown class returns
+    (`loss, acc = model(x)`): dropped when the program (the modules linked to
+    `module`) defines models whose forward returns a tuple that long, and each
+    puts a value without history there (`return loss, acc.item()`)."""
+
+    module: str
+    index: int
+    length: int
+
+    def drops(self, project: Project) -> bool:
+        verdicts = [elements[self.index] for facts in project.linked(self.module)
+                    for elements in facts.forward_elements.values()
+                    if len(elements) == self.length]
+        return bool(verdicts) and all(verdicts)
 
 
 @dataclass(frozen=True)

@@ -47,3 +47,10 @@ def sets_a_device_maybe(source: str) -> bool:
     """Whether the file may define a helper that makes a GPU current (a fact
     other files' MEM008 asks for, found only by walking the file)."""
     return CUDA_VISIBLE in source or any(tail in source for tail in DEVICE_SETTER_TAILS)
+
+
+def gives_facts_maybe(source: str) -> bool:
+    """Whether a file no rule wants must still be walked for what it tells
+    other files: a helper that makes a GPU current (MEM008), a model's
+    `forward` (what it returns at each position, for MEM003)."""
+    return sets_a_device_maybe(source) or "def forward" in source

@@ -171,7 +171,13 @@ def python_lines(lines: list[str]) -> list[str]:
         if magic.group("name") not in PYTHON_CELL_MAGICS:
             return [""] * len(lines)
         lines = ["", *lines[1:]]
-    return [_without_ipython_syntax(line) for line in _without_leading_indent(lines)]
+    replaced, continued = [], False
+    for line in _without_leading_indent(lines):
+        # `!wget url \` then `    -O file`: IPython joins a magic's continuation lines
+        replaced.append("" if continued else _without_ipython_syntax(line))
+        magic = continued or replaced[-1] != line
+        continued = magic and line.rstrip().endswith("\\")
+    return replaced
 
 
 def _without_leading_indent(lines: list[str]) -> list[str]:

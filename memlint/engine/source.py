@@ -15,7 +15,7 @@ from itertools import accumulate
 from memlint.analysis.project import (ModuleFacts, Project, cpu_default_options,
                                       imported_modules, mentions_cuda, module_name,
                                       runs_distributed, top_level_functions)
-from memlint.analysis.screens import sets_a_device_maybe
+from memlint.analysis.screens import gives_facts_maybe
 from memlint.engine.settings import Settings
 from memlint.engine.suppression import skips_file
 from memlint.finding import Finding
@@ -65,7 +65,7 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
                         defines=top_level_functions(source))
     wanted = [entry.code for entry in CATALOGUE
               if entry.code in selected and entry.wants(source, lowered)]
-    if not wanted and not sets_a_device_maybe(source):
+    if not wanted and not gives_facts_maybe(source):
         return _syntax_check_only(source, path), facts
     from memlint.engine.parsed import check_parsed  # libcst and the rules: only now
 

@@ -250,6 +250,8 @@ class DataLoaderWithoutPinMemory(Rule):
             self.gpu_dataset_classes.add(class_def.name.value)
 
     def _check_loader(self, node: cst.Call) -> None:
+        if self.ctx.in_pytest_test:
+            return  # a unit test's loader: its speed is nobody's concern
         if self._collate_moves_to_device(node):
             return  # batches arrive on the device: pinning a CUDA tensor raises
         dataset = call_arg(node, "dataset", position=0)

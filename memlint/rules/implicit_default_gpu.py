@@ -6,9 +6,9 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from memlint.analysis.gpu_selection import (BY_INDEX, default_device_use, selects_a_gpu,
-                                            sets_current_device, single_process_test,
-                                            under_device_guard)
+from memlint.analysis.gpu_selection import (BY_INDEX, default_device_use,
+                                            in_single_process_arm, selects_a_gpu,
+                                            sets_current_device, under_device_guard)
 from memlint.analysis.names import dotted_name
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessHelpersSetDevice
@@ -163,7 +163,7 @@ class ImplicitDefaultGpu(Rule):
         how = default_device_use(node, self.ctx)
         if how is not None:
             if not self.ctx.in_test_file and not under_device_guard(self.ctx) \
-                    and not self._in_single_process_arm():
+                    and not in_single_process_arm(self.ctx):
                 self.uses.append(_Use(node, self.statement(), self._scopes(), self.order, how,
                                       self._other_arms()))
             return
@@ -199,16 +199,6 @@ class ImplicitDefaultGpu(Rule):
         for i in range(len(ancestors) - 1):
             if type(ancestors[i]) is cst.If:
                 yield ancestors[i], ancestors[i + 1] is ancestors[i].body
-
-    def _in_single_process_arm(self) -> bool:
-        """In the branch that runs as one process, or on rank 0 alone, where
-        the default device is the process's own: `if local_rank == -1:`,
-        the `else` of `if args.distributed:`, `if rank == 0:`."""
-        for branch, in_body in self._arms():
-            single = single_process_test(branch.test)
-            if single is not None and single == in_body:
-                return True
-        return False
 
     def _other_arms(self) -> tuple[int, ...]:
         return tuple(id(branch.orelse if in_body else branch.body)

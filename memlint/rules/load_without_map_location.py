@@ -9,6 +9,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.flows import root_name
+from memlint.analysis.gpu_selection import in_single_process_arm
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import (Either, UnlessProjectOnCpu, UnlessProjectSavesModelsOnCpu,
@@ -118,7 +119,10 @@ class LoadWithoutMapLocation(Rule):
 
     def __init__(self, ctx, options=None) -> None:
         super().__init__(ctx, options)
-        self.loads: list[tuple[cst.Call, cst.CSTNode | None, bool, str | None, bool | None]] = []
+        #: (the call, its statement, loaded into a module, the name it is bound
+        #: to, saved just before from CPU values, in code only one process runs)
+        self.loads: list[tuple[cst.Call, cst.CSTNode | None, bool, str | None, bool | None,
+                               bool]] = []
         #: the saves met so far in each function (None: module level): path -> CPU values?
         self.last_saves: dict[cst.FunctionDef | None, dict[str, bool]] = {}
         #: the path expressions of `torch.save` calls, by whether what they saved is on the CPU
@@ -171,19 +175,22 @@ class LoadWithoutMapLocation(Rule):
             return
         if any(arg.star for arg in node.args):
             return  # map_location may come through *args / **kwargs
-        if self.ctx.in_cpu_branch() or self._in_pytest_test() or self._holds_no_gpu_tensors(node):
+        if self.ctx.in_cpu_branch() or self.ctx.in_pytest_test or self._holds_no_gpu_tensors(node):
             return
         into = self._loaded_into()
         if into is not None and _OPTIMIZER.search(into):
             return  # optimizer.load_state_dict moves each state onto its parameter: no copy
         if into is not None and "scheduler" in into.lower():
             return  # a learning-rate schedule's state: numbers, no tensors
+        if into is not None and self._is_engine(into):
+            return  # a TensorRT engine's state (torch2trt's TRTModule): bytes and names
         model = "<chained>" if self._chained_as_model() else self._assigned_name()
         path = _path_key(node.args[0].value) if node.args else None
         # the save of that path just before, in the same function or notebook:
         # what this load reads back when it runs straight after it
         saved_before = self.last_saves.get(self.ctx.function, {}).get(path)
-        self.loads.append((node, self.statement(), into is not None, model, saved_before))
+        self.loads.append((node, self.statement(), into is not None, model, saved_before,
+                           in_single_process_arm(self.ctx)))
 
     def visit_For(self, node: cst.For) -> None:
         """`for k, v in sd.items(): sd[k] = v.cpu()`: every tensor of `sd` is
@@ -305,7 +312,7 @@ class LoadWithoutMapLocation(Rule):
 
     def finish(self) -> None:
         distributed = self.starts_ranks is not None or FactCollector.of(self.ctx).facts.distributed
-        for node, statement, direct, model, saved_before in self.loads:
+        for node, statement, direct, model, saved_before, single in self.loads:
             path = _path_key(node.args[0].value) if node.args else None
             if saved_before is True or (saved_before is None and path in self.saved_on_cpu
                                         and path not in self.saved_maybe_gpu):
@@ -316,7 +323,8 @@ class LoadWithoutMapLocation(Rule):
                     and model not in self.copied_into_modules:
                 continue  # a data set saved as tensors (`d["images"]`, `TensorDataset(...)`)
             copied = direct or (model is not None and model in self.copied_into_modules)
-            message = self.RANKS if distributed else self.COPIED if copied else self.RESTORED
+            ranks = distributed and not single  # not `if rank == 0:`, `if args.gpu is None:`
+            message = self.RANKS if ranks else self.COPIED if copied else self.RESTORED
             unless = UnlessProjectOnCpu.here(self.ctx)
             file = _file_named(node.args[0].value) if node.args else None
             if file is not None and path not in self.saved_maybe_gpu:
@@ -331,7 +339,7 @@ class LoadWithoutMapLocation(Rule):
             self.report(node, message, statement, unless, fix=fix,
                         related=[(self.starts_ranks, "the program runs as several ranks "
                                                      "(processes) here; each one loads")]
-                        if distributed and self.starts_ranks is not None else [])
+                        if ranks and self.starts_ranks is not None else [])
 
     def _holds_no_gpu_tensors(self, node: cst.Call) -> bool:
         """A data or cache file, or pretrained weights loaded while a module is built."""
@@ -351,16 +359,11 @@ class LoadWithoutMapLocation(Rule):
         return (function is not None and function.name.value == "__init__"
                 and self.ctx.class_def is not None)
 
-    def _in_pytest_test(self) -> bool:
-        """A `test_*` function (or a method of a `Test*` class) of a test file:
-        the checkpoint is one the test wrote itself, for a model it just built
-        on the CPU. A research repository's `test_classification.py` script,
-        which loads the GPU-trained model, has no such function around it."""
-        if not self.ctx.in_test_file:
-            return False
-        function, class_def = self.ctx.function, self.ctx.class_def
-        return (function is not None and function.name.value.startswith("test_")) or \
-            (class_def is not None and class_def.name.value.startswith("Test"))
+    def _is_engine(self, name: str) -> bool:
+        """`model_trt = TRTModule()` (torch2trt): a serialized TensorRT engine."""
+        built = self.ctx.binding(name)
+        return type(built) is cst.Call and \
+            (self.ctx.qualify(built.func) or "").startswith(("torch2trt.", "tensorrt."))
 
     def _loaded_into(self) -> str | None:
         """`optimizer` for `optimizer.load_state_dict(torch.load(p)...)`."""

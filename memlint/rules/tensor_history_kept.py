@@ -14,7 +14,8 @@ from memlint.analysis.names import defines_method, dotted_name
 from memlint.analysis.stores import (Store, StoresAt, code, container_name, is_data_loop,
                                      outlived_loops, reads_across_batches)
 from memlint.analysis.fact_collector import FactCollector
-from memlint.analysis.project import (Condition, Either, UnlessImportedFunctionsKeepNoHistory,
+from memlint.analysis.project import (Condition, Either, UnlessForwardsGiveNoHistoryAt,
+                                      UnlessImportedFunctionsKeepNoHistory,
                                       UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
@@ -43,6 +44,9 @@ class _Store:
     local: bool
     #: the container is made afresh inside a loop over batches or epochs
     bound_per_step: bool = False
+    #: the stored name was unpacked from a model's output (`loss, acc = model(x)`):
+    #: (its position, the tuple's length)
+    forward_element: tuple[int, int] | None = None
 
 
 @dataclass
@@ -290,7 +294,7 @@ class TensorHistoryKept(Rule):
             if _kept_for_its_data(store, value, flows, frame.node):
                 continue
             self.report(store.node, _message(store.stored, value, code(store.target), store.verb),
-                        store.statement, self._unless(store.value), fix=_detach(store, frame))
+                        store.statement, self._unless(store), fix=_detach(store, frame))
 
     def _grad_off_by_callers(self, frame: _Frame) -> bool:
         """`eval_one_batch(...)` whose every call in this module is under
@@ -299,16 +303,21 @@ class TensorHistoryKept(Rule):
         info = self.index.info(frame.node) if isinstance(frame.node, cst.FunctionDef) else None
         return info is not None and self.index.grad_disabled_by_callers(info)
 
-    def _unless(self, value: Value) -> Condition:
+    def _unless(self, store: _Store) -> Condition:
         """A CPU-only project keeps no GPU memory; a value whose history only
-        an imported function's name suggests waits on what that function returns."""
-        on_cpu = UnlessProjectOnCpu.here(self.ctx)
+        an imported function's name suggests waits on what that function returns;
+        an element of a model's output, on what the program's models put there."""
+        unless: Condition = UnlessProjectOnCpu.here(self.ctx)
+        value = store.value
         imported = self.values.imported_waits(value)
         collector = FactCollector.of(self.ctx)
+        if store.forward_element is not None and collector is not None:
+            unless = Either((unless, UnlessForwardsGiveNoHistoryAt(
+                collector.facts.module, *store.forward_element)))
         if not imported or collector is None or \
                 self.values.settled(value, trust_imported_names=False).history:
-            return on_cpu
-        return Either((on_cpu, UnlessImportedFunctionsKeepNoHistory(
+            return unless
+        return Either((unless, UnlessImportedFunctionsKeepNoHistory(
             collector.facts.module, tuple(sorted(set(imported))))))
 
     def _publish_results(self) -> None:
@@ -379,7 +388,17 @@ class TensorHistoryKept(Rule):
         site = self.ctx.binding_site(owner)
         per_step = site is not None and any(map(is_data_loop, site.loops))
         self.frames[-1].stores.append(_Store(node, self.statement(), stored, value, container,
-                                             verb, owner, outlived, local, per_step))
+                                             verb, owner, outlived, local, per_step,
+                                             self._forward_element(stored)))
+
+    def _forward_element(self, stored: cst.BaseExpression) -> tuple[int, int] | None:
+        """`acc` of `loss, acc = model(x)`: its position and the tuple's length."""
+        site = self.ctx.binding_site(stored.value) if type(stored) is cst.Name else None
+        if site is None or site.unpacked_length is None or type(site.unpacked_from) is not cst.Call:
+            return None
+        if self.values.callee_kind(site.unpacked_from.func) != "module":
+            return None
+        return site.unpacked_index or 0, site.unpacked_length
 
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:

@@ -63,6 +63,11 @@ _STEP_WORDS = {"batch", "step", "loss", "feed", "forward", "act"}
 #: Words in a name that say "one batch or sample", whatever else it says.
 _ONE_SAMPLE_WORDS = {"batch", "minibatch", "mb", "state", "states", "obs", "observation",
                      "observations", "action", "actions", "reward", "rewards"}
+#: Last words that make a name a tool working on data, not data: `data_processor`,
+#: `train_transform`, `y_normalizer` (the last word of an English compound names it).
+_TOOL_WORDS = {"processor", "processors", "transform", "transforms", "normalizer",
+               "normaliser", "scaler", "sampler", "loader", "loaders", "collator",
+               "tokenizer", "augmenter", "pipeline", "module", "model", "handler", "manager"}
 #: Functions that run once per batch or sample, where an index picks a batch.
 _PER_BATCH_FUNCTIONS = {"getitem", "getitems", "batch", "batches", "minibatch", "iterate"}
 #: Words in a callee's name that say it is a model being run.
@@ -82,6 +87,9 @@ def _name_evidence(name: str) -> int:
     parts = [p for p in name.split(".") if p not in ("self", "cls")]
     if len(parts) > 1 and not _data_like(parts[-1]):
         return NONE  # an attribute of a data set (`TRAIN_DATASET.labelweights`), not its data
+    last_words = _words(parts[-1]) if parts else []
+    if last_words and last_words[-1] in _TOOL_WORDS:
+        return NONE  # `data_processor.to(device)`: what processes the data set, not the data
     words = {w for part in parts for w in _words(part)}
     words |= {part.lower().replace("_", "") for part in parts}
     if words & _DATASET_WORDS or (words & _SPLITS and words & _DATA_WORDS):
@@ -127,6 +135,10 @@ class WholeDatasetToDevice(Rule):
         "batch with .to(device, non_blocking=True)")
 
     VALID = [
+        # what processes the data (a normalizer module), not the data set
+        "import torch\ndata_transform = IncrementalDataProcessor(in_normalizer=None)\n"
+        "data_transform = data_transform.to(device)\n"
+        "data_processor = darcy_dataset.data_processor.to(device)",
         # one image made a batch of one: not a data set
         "import torch\ninputs_control = Image.open('kitten.jpg')\n"
         "inputs_control = img_transform(inputs_control).unsqueeze(0)\nx = inputs_control.cuda()",
