@@ -417,3 +417,22 @@ def test_an_accelerator_behind_an_option_that_is_off_by_default_is_cpu_code(
         tmp_path, option, reported):
     (tmp_path / "main.py").write_text(SUPER_RESOLUTION.format(option=option))
     assert [code for _, _, code in codes(tmp_path)] == (["MEM005"] if reported else [])
+
+
+WAVE_U_NET = ("import argparse, torch\nfrom torch.utils.data import DataLoader\n"
+              "parser = argparse.ArgumentParser()\n"
+              "parser.add_argument('--cuda', {flag})\nargs = parser.parse_args()\n"
+              "loader = DataLoader(ds, batch_size=8)\n"
+              "for x, y in loader:\n    if args.cuda:\n        x = x.cuda()\n")
+
+
+@pytest.mark.parametrize("flag, reported", [
+    ("action='store_true'", False),   # Wave-U-Net: the GPU only when asked
+    ("action='store_false'", True),   # on unless turned off
+])
+def test_a_file_checked_alone_whose_cuda_is_opt_in_is_cpu_code(tmp_path, flag, reported):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    train = tmp_path / "train.py"
+    train.write_text(WAVE_U_NET.format(flag=flag))
+    found = [f.code for f in check_paths([str(train)], jobs=1).findings]
+    assert found == (["MEM005"] if reported else [])

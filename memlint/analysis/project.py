@@ -487,9 +487,14 @@ class Project:
 
     def cuda_near(self, module: str | None) -> bool:
         """Whether the modules linked to `module` by imports (either way,
-        transitively) mention CUDA; True when that cannot be told."""
-        if module is None or self.look_around or module not in self._by_name:
+        transitively) mention CUDA; True when that cannot be told. A file
+        checked alone is judged by its own code where that puts its CUDA
+        behind an option that is off unless given."""
+        if module is None or module not in self._by_name:
             return True
+        if self.look_around:
+            own = self._by_name[module]
+            return not (own.mentions_cuda and own.cuda_opt_in)
         component = self._components[module]
         cuda = self._component_cuda.get(component)
         if cuda is None:

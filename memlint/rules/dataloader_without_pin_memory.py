@@ -128,6 +128,15 @@ class DataLoaderWithoutPinMemory(Rule):
         'device = torch.device("cuda")\n'
         'loader = DataLoader(ds, batch_size=8, collate_fn=partial(collate, device=device))\n'
         'model.to(device)',
+        # the collate function gives each batch back as the list of items (CodeReviewer):
+        # the loop builds the tensors it copies, there is no loaded batch to pin
+        'import torch\nfrom torch.utils.data import DataLoader\ndef get_loader(ds):\n'
+        '    def fn(features):\n        return features\n'
+        '    return DataLoader(ds, batch_size=8, collate_fn=fn)\n'
+        'def evaluate(loader):\n    for examples in loader:\n'
+        '        ids = torch.tensor([ex.source_ids for ex in examples]).to("cuda")',
+        'from torch.utils.data import DataLoader\nmodel.cuda()\n'
+        'loader = DataLoader(ds, batch_size=8, collate_fn=lambda items: items)',
     ]
     INVALID = [
         'import torch\nfrom torch.utils.data import DataLoader\n'
@@ -162,6 +171,10 @@ class DataLoaderWithoutPinMemory(Rule):
         '    def __init__(self, ds):\n        self.loader = DataLoader(ds, batch_size=8)\n'
         '        self.device = torch.device("cuda")\n'
         '    def step(self):\n        return next(iter(self.loader)).to(self.device)',
+        # a collate function that builds the batch: what it returns is pinned
+        'import torch\nfrom torch.utils.data import DataLoader\ndef collate(items):\n'
+        '    return torch.stack(items)\nmodel.cuda()\n'
+        'loader = DataLoader(ds, batch_size=8, collate_fn=collate)',
     ]
 
     def __init__(self, ctx, options=None) -> None:
@@ -183,6 +196,9 @@ class DataLoaderWithoutPinMemory(Rule):
         #: the same for plain names, by the function each is local to (None: a
         #: global): a parameter that shares a global loader's name is another name
         self.uses: Counter[tuple[str, cst.FunctionDef | None]] = Counter()
+        #: functions of this module that return their one argument as it is
+        #: (`def fn(features): return features`): a collate that builds no batch
+        self.identity_functions: set[str] = set()
         self.copies_to_cuda = False
         self.first_copy: cst.Call | None = None  # the evidence, for related locations
         self.copies_non_blocking = False
@@ -216,6 +232,10 @@ class DataLoaderWithoutPinMemory(Rule):
             return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) \
                 and call.func.value in _LOOKS and self.ctx.binding(call.func.value) is None
         return False
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if _returns_its_argument(node.params, node.body.body):
+            self.identity_functions.add(node.name.value)
 
     def visit_Return(self, node: cst.Return) -> None:
         if node.value is not None:
@@ -254,6 +274,8 @@ class DataLoaderWithoutPinMemory(Rule):
             return  # a unit test's loader: its speed is nobody's concern
         if self._collate_moves_to_device(node):
             return  # batches arrive on the device: pinning a CUDA tensor raises
+        if self._collate_is_identity(node):
+            return  # batches are lists of the data set's items: the loop builds the tensors
         dataset = call_arg(node, "dataset", position=0)
         dataset_value = self.ctx.resolve(dataset.value) if dataset is not None else None
         if dataset_value is not None and self._no_host_tensors(dataset_value):
@@ -310,6 +332,19 @@ class DataLoaderWithoutPinMemory(Rule):
                 choices.append(choice)
         return all(isinstance(c, cst.Call) and self.ctx.qualify(c.func) in _PARTIAL
                    and call_arg(c, "device") is not None for c in choices)
+
+    def _collate_is_identity(self, node: cst.Call) -> bool:
+        """`collate_fn=lambda x: x`, `collate_fn=fn` where `fn` returns its
+        argument: each batch is the list of the data set's items as they are
+        (feature objects, strings), and the loop makes the tensors it copies."""
+        collate = call_arg(node, "collate_fn", position=_COLLATE_POSITION)
+        if collate is None:
+            return False
+        value = collate.value
+        if isinstance(value, cst.Lambda):
+            return _returns_its_argument(value.params, [value.body])
+        return isinstance(value, cst.Name) and value.value in self.identity_functions \
+            and self.ctx.binding(value.value) is None
 
     def _private_target(self) -> str | None:
         """The name a loader is assigned to where no other file can read it:
@@ -385,6 +420,19 @@ class DataLoaderWithoutPinMemory(Rule):
                         statement, unless, fix=_pin(loader),
                         related=[(self.first_copy, "copied to a CUDA device here: this "
                                                    "module's batches go to the GPU")])
+
+
+def _returns_its_argument(params: cst.Parameters, body) -> bool:
+    """`(x): return x` / `lambda x: x`: one parameter, given back unchanged."""
+    if len(params.params) != 1 or isinstance(params.star_arg, (cst.Param, cst.ParamStar)) \
+            or params.kwonly_params or params.star_kwarg or params.posonly_params:
+        return False
+    name = params.params[0].name.value
+    statement = body[0] if len(body) == 1 else None
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        statement = statement.body[0]
+    value = statement.value if isinstance(statement, cst.Return) else statement
+    return isinstance(value, cst.Name) and value.value == name
 
 
 def _pin(loader: _Loader) -> FixPlan:

@@ -48,6 +48,11 @@ class LoadWithoutMapLocation(Rule):
                 "target device")
 
     VALID = [
+        # GraphMAE: `model = model.cpu()` before the save its load reads back
+        "import torch\ndef main(model, load_model, device):\n    model.to(device)\n"
+        "    model = model.cpu()\n    if load_model:\n"
+        "        model.load_state_dict(torch.load('checkpoint.pt'))\n"
+        "    torch.save(model.state_dict(), 'checkpoint.pt')",
         # the program's own saves move the model to the CPU first, in a statement of its own
         "import torch\ndef train(model, path):\n    model.cuda()\n    model.eval().cpu()\n"
         "    torch.save(model.state_dict(), path)\ndef stylize(path):\n    net = Net()\n"
@@ -97,6 +102,11 @@ class LoadWithoutMapLocation(Rule):
         '        self.net.load_state_dict(torch.load(res101_path))\nmodel = FCN().cuda()',
     ]
     INVALID = [
+        # the twin: moved back to the GPU before the save
+        "import torch\ndef main(model, load_model, device):\n    model.to(device)\n"
+        "    model = model.cpu()\n    model = model.to(device)\n    if load_model:\n"
+        "        model.load_state_dict(torch.load('checkpoint.pt'))\n"
+        "    torch.save(model.state_dict(), 'checkpoint.pt')",
         'import torch\nmodel.cuda()\nstate = torch.load("ckpt.pt")',
         'import torch as T\nmodel.cuda()\nmodel.load_state_dict(T.load(path))',
         'from torch import load\ndevice = "cuda"\nstate = load(path)',
@@ -285,10 +295,14 @@ class LoadWithoutMapLocation(Rule):
             self.last_move[name] = "gpu"
 
     def _note_move_to_cpu(self, node: cst.Call) -> None:
-        """`transformer.eval().cpu()` as a statement of its own: the module is
-        on the CPU from here until it is moved back."""
+        """`transformer.eval().cpu()` as a statement of its own, or `model =
+        model.cpu()`: the module is on the CPU from here until it is moved back
+        (not `torch.save(model.cpu().state_dict())`, judged where it is saved)."""
         func = node.func
-        if not isinstance(func, cst.Attribute) or type(self.ctx.parent) is not cst.Expr:
+        parent = self.ctx.parent
+        if not isinstance(func, cst.Attribute) or not (type(parent) is cst.Expr or (
+                type(parent) is cst.Assign and len(parent.targets) == 1
+                and parent.value is node)):
             return
         target = call_arg(node, "device", position=0)
         if not (func.attr.value == "cpu" or (func.attr.value == "to" and target is not None
@@ -299,7 +313,7 @@ class LoadWithoutMapLocation(Rule):
                 and receiver.func.attr.value in ("eval", "train", "float", "double", "half"):
             receiver = receiver.func.value
         name = dotted_name(receiver)
-        if name is not None:
+        if name is not None:  # a module's `.cpu()` moves it in place, whatever it is bound to
             self.last_move[name] = "cpu"
 
     def _moved_to_cpu(self, saved: cst.BaseExpression) -> bool:
