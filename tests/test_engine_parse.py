@@ -37,3 +37,23 @@ def test_validation_comes_back_when_a_file_does_not_parse():
     assert [f.code for f in findings] == ["MEM000"]
     with pytest.raises(cst.CSTValidationError):
         cst.Name("not a name")
+
+
+#: A tab, then four spaces: CPython reads the tab as 8 columns and compiles it;
+#: libcst's tokenizer finds no outer block for the dedent (a reinforcement-
+#: learning course's `utils.py`, copied into every chapter).
+TAB_THEN_SPACES = ("import torch\ndef f(model, xs):\n    model.eval()\n"
+                   "    for t in range(3):\n\t    y = model(xs[t].cuda())\n    return y\n")
+
+
+def test_indentation_python_accepts_but_libcst_rejects_is_checked_not_mem000(tmp_path):
+    with pytest.raises(cst.ParserSyntaxError):
+        cst.parse_module(TAB_THEN_SPACES)
+    found = check_source(TAB_THEN_SPACES)
+    assert [(f.code, f.line, f.column) for f in found] == [("MEM004", 5, 10)]
+    assert found[0].fix is None  # an edit placed in the expanded text would corrupt the file
+
+
+def test_indentation_python_rejects_too_stays_mem000():
+    broken = TAB_THEN_SPACES.replace("    return y\n", "  return y\n")
+    assert [f.code for f in check_source(broken)] == ["MEM000"]

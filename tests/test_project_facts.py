@@ -436,3 +436,30 @@ def test_a_file_checked_alone_whose_cuda_is_opt_in_is_cpu_code(tmp_path, flag, r
     train.write_text(WAVE_U_NET.format(flag=flag))
     found = [f.code for f in check_paths([str(train)], jobs=1).findings]
     assert found == (["MEM005"] if reported else [])
+
+
+NLP_BOOK = ("import torch\nfrom argparse import Namespace\n"
+            "from torch.utils.data import DataLoader\n"
+            "args = Namespace(batch_size=64, cuda={cuda})\n"
+            "if not torch.cuda.is_available():\n    args.cuda = False\n"
+            "args.device = torch.device('cuda' if args.cuda else 'cpu')\n"
+            "loader = DataLoader(ds, batch_size=args.batch_size)\n"
+            "for x, y in loader:\n    x = x.to(args.device)\n")
+
+
+@pytest.mark.parametrize("cuda, reported", [("False", False), ("True", True)])
+def test_cuda_switched_off_in_a_namespace_of_settings_is_cpu_code(tmp_path, cuda, reported):
+    (tmp_path / "classify.py").write_text(NLP_BOOK.format(cuda=cuda))
+    assert [code for _, _, code in codes(tmp_path)] == (["MEM005"] if reported else [])
+
+
+@pytest.mark.parametrize("imports", [
+    "import torch.optim as optim\nfrom utils.metrics import *",  # KGAT: torch from the helpers
+    "import torch.optim as optim\nimport torch",
+])
+def test_torch_brought_by_a_helpers_star_import_is_torch(imports):
+    source = (f"{imports}\ndef evaluate(model, loader):\n    model.eval()\n"
+              "    with torch.no_grad():\n        return [model(x.cuda()) for x in loader]\n")
+    assert check_source(source) == []
+    unguarded = source.replace("with torch.no_grad():", "if True:")
+    assert [f.code for f in check_source(unguarded)] == ["MEM004"]

@@ -92,6 +92,8 @@ class FactCollector:
             self._note_device_setter(node)
         if written.endswith(".add_argument"):
             self._note_cuda_option(node)
+        elif written.endswith("Namespace"):
+            self._note_cuda_setting(node)
         callee = self.imported_name(written) or written
         if callee.startswith(("self.", "cls.", "torch.")):
             return
@@ -143,6 +145,17 @@ class FactCollector:
                 option = str(arg.value.evaluated_value).lstrip("-").replace("-", "_")
                 if option in _CUDA_OPTIONS:
                     self.facts.cuda_opt_in.add(option)
+
+
+    def _note_cuda_setting(self, node: cst.Call) -> None:
+        """`args = Namespace(..., cuda=False)`: a notebook's settings, CUDA off
+        as written (the PyTorch NLP book's chapters), like an opt-in option."""
+        if self.ctx.qualify(node.func) not in ("argparse.Namespace", "types.SimpleNamespace"):
+            return
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in _CUDA_OPTIONS \
+                    and isinstance(arg.value, cst.Name) and arg.value.value == "False":
+                self.facts.cuda_opt_in.add(arg.keyword.value)
 
 
 #: Options that turn the GPU on (`--no-cuda`, `--cpu` turn it off: CUDA by default).

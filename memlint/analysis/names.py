@@ -67,6 +67,11 @@ STAR_EXPORTS = {
 }
 
 
+#: Names that only ever mean these modules, also when another module's
+#: `import *` brought them (KGAT's `from utils.metrics import *`).
+_CONVENTIONAL_MODULES = {"torch": "torch", "nn": "torch.nn", "np": "numpy", "numpy": "numpy"}
+
+
 class ImportTable:
     """Maps local names to the fully qualified names they were imported as."""
 
@@ -75,6 +80,9 @@ class ImportTable:
         #: modules of `from torch import *` (see STAR_EXPORTS); names rebound since
         self._star_modules: list[str] = []
         self._rebound: set[str] = set()
+        #: a `from helpers import *` of a module not listed in STAR_EXPORTS:
+        #: `torch`, `np`, `nn` may come through it
+        self._unknown_star = False
         #: bumped on every change, so that answers can be kept until the next
         self.changes = 0
 
@@ -98,6 +106,8 @@ class ImportTable:
         if isinstance(node.names, cst.ImportStar):
             if module in STAR_EXPORTS:
                 self._star_modules.append(module)
+            else:
+                self._unknown_star = True
             return
         for alias in node.names:
             name = dotted_name(alias.name)
@@ -124,7 +134,7 @@ class ImportTable:
         head, _, rest = name.partition(".")
         full = self._aliases.get(head)
         if full is None:
-            if not self._star_modules:  # the common case: no `from torch import *`
+            if not self._star_modules and not self._unknown_star:  # the common case
                 return None
             full = self._star_import(head)
             if full is None:
@@ -138,6 +148,8 @@ class ImportTable:
         for module in reversed(self._star_modules):
             if head in STAR_EXPORTS[module]:
                 return f"{module}.{head}"
+        if self._unknown_star:  # `from utils.metrics import *` of a module that imports torch
+            return _CONVENTIONAL_MODULES.get(head)
         return None
 
     def imports(self, module: str) -> bool:

@@ -9,6 +9,7 @@ import ast
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import libcst as cst
 
@@ -40,8 +41,12 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
                   codes: list[str], facts: ModuleFacts) -> list[Finding]:
     rule_types = [RULES_BY_CODE[code] for code in codes]
     module = parse(source, path)
+    tabs_expanded = False
     if isinstance(module, Finding):
-        return [module]
+        retried = _with_tabs_expanded(source)
+        if retried is None:
+            return [module]
+        original, source, module, tabs_expanded = source, retried.code, retried, True
     ctx = Context(ImportTable(), path)
     ctx.analyses[FactCollector] = FactCollector(ctx, facts)
     if facts.copies_to_device:  # what its functions do with their parameters, for other files
@@ -64,8 +69,11 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
     reports = [(rule, *report) for rule in rules for report in rule.reports]
     if not reports:
         return []
+    if tabs_expanded:  # no edit computed on the expanded text may reach the file
+        reports = [(*report[:-1], None) for report in reports]
     try:
-        return _place(module, source, path, reports, noqa, settings.severity_of)
+        placed = _place(module, source, path, reports, noqa, settings.severity_of)
+        return _original_columns(placed, original) if tabs_expanded else placed
     except RecursionError:  # libcst's code generation recurses in Python
         return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
                                          "memlint to place its findings")]
@@ -118,6 +126,46 @@ def parse(source: str, path: str) -> cst.Module | Finding:
         return syntax_error(path, 1, 1, "cannot parse the file: nested too deeply for libcst")
     except Exception as error:  # libcst raises a few non-ParserSyntaxError errors on odd input
         return syntax_error(path, 1, 1, f"cannot parse the file: {error}")
+
+
+def _with_tabs_expanded(source: str) -> cst.Module | None:
+    """The tree of a file Python compiles but libcst's tokenizer rejects for
+    its indentation (a tab and then spaces, `\t    return x`): parsed with
+    the indentation's tabs expanded as Python reads them (to the next
+    multiple of 8). Columns on those lines are the expanded ones, and the
+    findings carry no fix. None when Python rejects the file too."""
+    if "\t" not in source:
+        return None
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    lines = source.splitlines(keepends=True)
+    expanded = "".join(_expand_indent(line) for line in lines)
+    try:
+        with _nodes_unvalidated():
+            return cst.parse_module(expanded)
+    except Exception:  # noqa: BLE001 - still unparsable: the MEM000 stands
+        return None
+
+
+def _original_columns(findings: list[Finding], original: str) -> list[Finding]:
+    """Columns on the lines whose indentation was expanded, counted again in
+    the file's own characters (a tab is one)."""
+    lines = LINE_BREAK.split(original)
+
+    def shift(line: int) -> int:
+        text = lines[line - 1] if 0 < line <= len(lines) else ""
+        return len(_expand_indent(text)) - len(text)
+
+    return [replace(f, column=max(1, f.column - shift(f.line)),
+                    end_column=max(1, f.end_column - shift(f.end_line)))
+            for f in findings]
+
+
+def _expand_indent(line: str) -> str:
+    body = line.lstrip(" \t")
+    return line[:len(line) - len(body)].expandtabs(8) + body
 
 
 def _place(module: cst.Module, source: str, path: str, reports,

@@ -98,6 +98,10 @@ class GradInInference(Rule):
     code = "MEM004"
 
     VALID = [
+        # the input made on the CPU from a vectorizer, reshaped: the model is on the CPU
+        "import torch\ndef predict_rating(review, classifier, vectorizer):\n"
+        "    classifier.eval()\n    x = torch.tensor(vectorizer.vectorize(review))\n"
+        "    return classifier(x.view(1, -1)).item()",
         "import torch\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n"
         "        return model(x)",
         "import torch\n@torch.no_grad()\ndef evaluate(model, x):\n    return model(x)",
@@ -187,6 +191,10 @@ class GradInInference(Rule):
         "    return decoder(logits.argmax(-1))",
     ]
     INVALID = [
+        # the twin: the reshaped input is moved to the GPU, so the model is there
+        "import torch\ndef predict_rating(review, classifier, vectorizer):\n"
+        "    classifier.eval()\n    x = torch.tensor(vectorizer.vectorize(review))\n"
+        "    return classifier(x.view(1, -1).cuda()).item()",
         "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
         "    for x, y in loader:\n        out = model(x.cuda())",
         "import torch\ndef run_validation(self, x):\n    return self.model(x.to('cuda'))",
@@ -500,9 +508,15 @@ class GradInInference(Rule):
         the first argument counts: lengths for `pack_padded_sequence` are
         meant to stay on the CPU next to a CUDA input."""
         first = next((a.value for a in call.args if a.keyword is None and not a.star), None)
-        if isinstance(first, cst.Name):
-            site = self.ctx.binding_site(first.value)
-            first = site.value if site is not None and site.unpacked_from is None else None
+        for _ in range(8):  # `x = torch.tensor(v)`, then `model(x.view(1, -1))`
+            if isinstance(first, cst.Name):
+                site = self.ctx.binding_site(first.value)
+                first = site.value if site is not None and site.unpacked_from is None else None
+            elif isinstance(first, cst.Call) and isinstance(first.func, cst.Attribute) \
+                    and first.func.attr.value in _SAME_DEVICE_METHODS:
+                first = first.func.value
+            else:
+                break
         return isinstance(first, cst.Call) and self._made_on_host(first)
 
     def _made_on_host(self, call: cst.Call) -> bool:
@@ -781,7 +795,11 @@ def _is_volatile(call: cst.Call) -> bool:
 #: Factories of new tensors, on the CPU unless given a device.
 _HOST_FACTORIES = {f"torch.{name}" for name in (
     "randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
-    "FloatTensor", "Tensor", "LongTensor", "DoubleTensor")}
+    "FloatTensor", "Tensor", "LongTensor", "DoubleTensor", "tensor", "from_numpy")}
+#: Tensor methods whose result is on the device of the tensor they are called on.
+_SAME_DEVICE_METHODS = {"view", "unsqueeze", "squeeze", "reshape", "float", "long", "int",
+                        "double", "half", "t", "transpose", "permute", "contiguous",
+                        "flatten", "expand", "view_as"}
 
 
 def _is_false(call: cst.Call) -> bool:

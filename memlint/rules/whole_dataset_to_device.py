@@ -135,6 +135,12 @@ class WholeDatasetToDevice(Rule):
         "batch with .to(device, non_blocking=True)")
 
     VALID = [
+        # GCN/GAT on Cora: the loader returns the whole graph on the device, and
+        # nothing in the module batches anything: the graph is the batch
+        "import torch\ndef load_cora(path, device):\n    features, labels, adj = read(path)\n"
+        "    return features.to(device), labels.to(device), adj.to(device)\n"
+        "features, labels, adj = load_cora('./cora', 'cuda')\n"
+        "for epoch in range(200):\n    train_iter(model, (features, adj), labels, idx_train)",
         # what processes the data (a normalizer module), not the data set
         "import torch\ndata_transform = IncrementalDataProcessor(in_normalizer=None)\n"
         "data_transform = data_transform.to(device)\n"
@@ -198,6 +204,10 @@ class WholeDatasetToDevice(Rule):
         '    targets[positive_indices, :] = 0',
     ]
     INVALID = [
+        # the twin: the module slices what the loader returned, batch by batch
+        "import torch\ndef load_split(path, device):\n    X_train = read(path)\n"
+        "    return X_train.to(device)\nX_train = load_split('train.npy', 'cuda')\n"
+        "for i in range(0, len(X_train), 64):\n    model(X_train[i:i + 64])",
         'import torch\nX_train = torch.tensor(X_train).to(device)',
         'import torch\nx = torch.FloatTensor(df.values).cuda()',
         'import torch\nfeatures = torch.tensor(arr_train, device="cuda")',
@@ -257,6 +267,12 @@ class WholeDatasetToDevice(Rule):
         self._loaders: list[tuple[cst.BaseExpression, frozenset[str]]] = []
         #: loaders whose batches some loop moves to a CUDA device
         self._loaders_moved_per_batch: set[str] = set()
+        #: the names the results of a call of each module function are bound to
+        #: (`features, labels, adj = load_cora(device)`: load_cora -> the three)
+        self._bound_from: dict[str, set[str]] = {}
+        #: names handed whole to a call inside a loop (`train(model, (features, adj))`
+        #: every epoch): the full-batch use of what a loader function returned
+        self._handed_in_loops: set[str] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -269,6 +285,7 @@ class WholeDatasetToDevice(Rule):
             if dataset is not None:
                 self._loaders.append((dataset.value, self._targets(node)))
         self._note_call(node)
+        self._note_whole_use(node)
         if moves_to_cuda(node, self.ctx):
             self._note_batch_move(node)
             source = node.func.value  # `<source>.to(device)`, `<source>.cuda()`
@@ -291,7 +308,8 @@ class WholeDatasetToDevice(Rule):
                 self._helpers[self.ctx.function.name.value] = parameter
         self._moves.append(_Move(node, self.statement(), source, whole,
                                  evidence != NONE and not self.ctx.in_loop
-                                 and not self._in_step_function(), targets, self._place()))
+                                 and not self._in_step_function(), targets, self._place(),
+                                 returned=any(type(a) is cst.Return for a in self.ctx.ancestors)))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         name = dotted_name(node.value)
@@ -318,6 +336,18 @@ class WholeDatasetToDevice(Rule):
                for prefix in _prefixes(name)}
         if fed and self._is_model(func):
             self._fed_whole.append((self._step_unit(), fed))
+
+    def _note_whole_use(self, node: cst.Call) -> None:
+        """What a module function's results are bound to, and the names handed
+        whole (or in a tuple) to calls inside loops."""
+        if isinstance(node.func, cst.Name) and isinstance(self.ctx.parent, cst.Assign):
+            self._bound_from.setdefault(node.func.value, set()).update(
+                self._targets(node))
+        if self.ctx.in_loop:
+            for arg in node.args:
+                values = [e.value for e in arg.value.elements] \
+                    if isinstance(arg.value, cst.Tuple) else [arg.value]
+                self._handed_in_loops.update(v.value for v in values if isinstance(v, cst.Name))
 
     def _helper_call(self, node: cst.Call, helper: str, parameter: str, position: int) -> None:
         """`train_data = batchify(corpus.train, bsz)` where batchify returns `data.to(device)`."""
@@ -404,7 +434,15 @@ class WholeDatasetToDevice(Rule):
                 f" ('{_shorten(subscript)}')" if subscript is not None else "")
             self._report_once(move.node, self.MESSAGE.format(source=_shorten(move.source), how=how),
                               move.statement)
+        # a loader of the whole graph (`return features.to(device), labels.to(device),
+        # adj.to(device)`) whose results are handed whole to a call every epoch, in a
+        # module that never batches anything: full-batch training
+        batches = bool(self._sliced) or bool(self._loaders)
         for move in self._moves:
+            if move.returned and not batches and move.place.function is not None and \
+                    self._bound_from.get(move.place.function.name.value, set()) \
+                    & self._handed_in_loops:
+                continue
             if move.whole and id(move) not in reported and not (
                     move.targets and move.targets <= full_batch):
                 self._report_once(move.node, self.MESSAGE.format(source=_shorten(move.source),
@@ -755,6 +793,7 @@ class _Move:
     targets: frozenset[str]  # the names the result is assigned to
     place: _Place
     helper: str = ""  # ` by batchify()`: the same-module helper that moves it
+    returned: bool = False  # moved in a `return`: the callers get it on the GPU
 
 
 def _literal_rows(index: cst.BaseExpression) -> bool:
