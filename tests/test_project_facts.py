@@ -463,3 +463,36 @@ def test_torch_brought_by_a_helpers_star_import_is_torch(imports):
     assert check_source(source) == []
     unguarded = source.replace("with torch.no_grad():", "if True:")
     assert [f.code for f in check_source(unguarded)] == ["MEM004"]
+
+
+LOSSES = ("import torch\n"
+          "class NLLLoss:\n"
+          "    def __init__(self):\n        self.acc_loss = 0\n        self.norm_term = 0\n"
+          "    def eval_batch(self, outputs, target):\n"
+          "        self.acc_loss += torch.nn.functional.nll_loss(outputs, target)\n"
+          "        self.norm_term += 1\n"
+          "    def get_loss(self):\n"
+          "        if isinstance(self.acc_loss, int):\n            return 0\n"
+          "        loss = {kept}\n        return loss\n")
+TRAINER = ("import torch\nfrom losses import NLLLoss\n"
+           "class Trainer:\n"
+           "    def __init__(self):\n        self.loss = NLLLoss()\n"
+           "    def _train_batch(self, x, y, model):\n"
+           "        loss = self.loss\n        loss.eval_batch(model(x.cuda()), y.cuda())\n"
+           "        self.loss.acc_loss.backward()\n        return loss.get_loss()\n"
+           "    def train(self, data, model):\n        total = 0\n"
+           "        for x, y in data:\n"
+           "            loss = self._train_batch(x, y, model)\n"
+           "            total += loss\n")
+
+
+@pytest.mark.parametrize("kept, reported", [
+    ("self.acc_loss.data.item()", False),  # IBM's seq2seq: the Loss object gives a float
+    ("self.acc_loss", True),               # the tensor itself, with its graph
+])
+def test_a_get_method_of_the_programs_own_object_is_judged_by_its_definition(
+        tmp_path, kept, reported):
+    (tmp_path / "losses.py").write_text(LOSSES.format(kept=kept))
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    found = [c for c in codes(tmp_path) if c[2] == "MEM003"]
+    assert found == ([("trainer.py", 15, "MEM003")] if reported else [])

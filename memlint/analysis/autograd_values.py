@@ -86,6 +86,12 @@ _VALUES_INDICES = {"max", "min", "topk", "sort", "kthvalue", "median", "mode", "
 _FUNCTIONAL_LOSS = re.compile(r"torch\.nn\.functional\.(\w*loss|cross_entropy|"
                               r"binary_cross_entropy\w*|kl_div|nll_loss)$")
 _MAX_DEPTH = 12
+#: the key of a wait on a method of an object the module does not show (`.get_loss`)
+_METHOD_KEY = "."
+
+
+def _on_self(func: cst.Attribute) -> bool:
+    return isinstance(func.value, cst.Name) and func.value.value in ("self", "cls")
 
 
 class AutogradValues:
@@ -146,7 +152,8 @@ class AutogradValues:
 
     def imported_waits(self, value: Value) -> list[tuple[str, str]]:
         """The relatively imported callees (module as written, name) that a
-        value waits on, directly or through same-module functions."""
+        value waits on, directly or through same-module functions; a method
+        of an object the module does not show comes as ("", its name)."""
         found: list[tuple[str, str]] = []
         pending, seen = [value], set()
         while pending:
@@ -160,6 +167,8 @@ class AutogradValues:
                     pending.extend(v for e in self._return_elements.get(key, ()) for v in e)
                 elif key in self.imported:
                     found.append(self.imported[key])
+                elif key.startswith(_METHOD_KEY):
+                    found.append(("", key[len(_METHOD_KEY):]))  # a method, of any class
                 pending.append(guess)
         return found
 
@@ -194,7 +203,7 @@ class AutogradValues:
                     return UNKNOWN
                 returned = [e[index] for e in elements]
             return _combine([self._settle(v, trust, seen) for v in returned], scalar_if_all=True)
-        if not trust and key in self.imported:
+        if not trust and (key in self.imported or key.startswith(_METHOD_KEY)):
             return CLEAN
         return self._settle(guess, trust, seen)
 
@@ -346,6 +355,16 @@ class AutogradValues:
         return UNKNOWN
 
     def _trace_call(self, node: cst.Call, seen: set[int], depth: int) -> Value:
+        value = self._trace_call_by_kind(node, seen, depth)
+        func = node.func
+        if value.history and type(func) is cst.Attribute and func.attr.value.startswith("get_") \
+                and not _on_self(func) and self.ctx.qualify(func) is None:
+            # `self.loss.get_loss()`: no tensor method is called get_*: a method of an
+            # object of the program's, whose definition says what it returns
+            return Value(None, waits=frozenset({(_METHOD_KEY + func.attr.value, None, value)}))
+        return value
+
+    def _trace_call_by_kind(self, node: cst.Call, seen: set[int], depth: int) -> Value:
         func = node.func
         qualified = self.ctx.qualify(func)
         args = [a.value for a in node.args if a.keyword is None or a.keyword.value != "dim"]

@@ -433,6 +433,84 @@ class UnlessImportedFunctionsKeepNoHistory(Condition):
 
 
 @dataclass(frozen=True)
+class UnlessProgramMethodsKeepNoHistory(Condition):
+    """A value taken to carry autograd history only because it comes from a
+    method of an object the file does not show (`loss.get_loss()`, where the
+    project's `Loss` classes return `self.acc_loss.item()`): dropped when the
+    program (the modules linked to `module`) defines each such method, and
+    every definition returns plain numbers. Read from the defining files'
+    text when a finding asks, which is rare."""
+
+    module: str
+    methods: tuple[str, ...]
+
+    def drops(self, project: Project) -> bool:
+        files = [f.path for f in project.linked(self.module) if f.path.endswith(".py")]
+        for method in self.methods:
+            verdicts = [v for path in files for v in _method_verdicts(path, method)]
+            if not verdicts or not all(verdicts):
+                return False
+        return True
+
+
+def _method_verdicts(path: str, method: str) -> list[bool]:
+    """For each class's `def method` in the file at `path`: whether every
+    value it returns is a plain number (`x.item()`, `0`, `math.exp(...)`, a
+    name bound to one, arithmetic of those)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+    except (OSError, UnicodeDecodeError):
+        return []
+    if f"def {method}(" not in source:
+        return []
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    return [_returns_numbers(node, method) for cls in ast.walk(tree)
+            if isinstance(cls, ast.ClassDef) for node in cls.body
+            if isinstance(node, ast.FunctionDef) and node.name == method]
+
+
+def _returns_numbers(function: ast.FunctionDef, method: str) -> bool:
+    bound: dict[str, bool] = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            bound[name] = bound.get(name, True) and _a_number(node.value, bound, method)
+    returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
+    return all(r.value is None or _a_number(r.value, bound, method) for r in returns)
+
+
+def _a_number(node: ast.expr, bound: dict[str, bool], method: str) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) or node.value is None
+    if isinstance(node, ast.Name):
+        return bound.get(node.id, False)
+    if isinstance(node, ast.BinOp):
+        return _a_number(node.left, bound, method) and (
+            _a_number(node.right, bound, method) or isinstance(node.right, ast.Attribute))
+    if isinstance(node, ast.UnaryOp):
+        return _a_number(node.operand, bound, method)
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            if func.attr in ("item", "tolist"):
+                return True
+            if isinstance(func.value, ast.Name) and func.value.id == "math":
+                return True
+            # `super().get_loss()`: the base class's answer, judged where it is defined
+            if func.attr == method and isinstance(func.value, ast.Call) \
+                    and isinstance(func.value.func, ast.Name) and func.value.func.id == "super":
+                return True
+        if isinstance(func, ast.Name) and func.id in ("float", "int", "round", "len"):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
 class UnlessHelpersSetDevice(Condition):
     """A use of the default GPU after calls into other modules
     (`init_distributed_mode(args)` from `util/misc.py`): dropped when one of

@@ -95,6 +95,12 @@ class ImplicitDefaultGpu(Rule):
         # a leftover --local_rank option in a one-process script
         "import argparse, torch\np = argparse.ArgumentParser()\n"
         "p.add_argument('--local_rank', type=int, default=-1)\nmodel = Net().cuda()",
+        # one process with a --gpu option that defaults to None (CMC): `.cuda(args.gpu)`
+        # is the current GPU unless given, like the `.cuda()` beside it
+        "import argparse, torch\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--gpu', type=int, default=None)\nargs = p.parse_args()\n"
+        "criterion = torch.nn.CrossEntropyLoss().cuda(args.gpu)\nmodel = Net().cuda()\n"
+        "torch.cuda.synchronize()",
         # processes spawned for CPU work (Hogwild, RPC): no GPU is picked
         "import torch\nimport torch.multiprocessing as mp\ndef train(model):\n"
         "    model.cuda()\nmp.spawn(train, args=(Net(),), nprocs=4)",
@@ -206,9 +212,17 @@ class ImplicitDefaultGpu(Rule):
 
     # -- what it adds up to ---------------------------------------------------
     def finish(self) -> None:
+        collector = FactCollector.of(self.ctx)
+        if not (collector is not None and collector.facts.distributed) and all(
+                what == BY_INDEX for _, what in self.selections):
+            # one process (no launcher's rank, spawn or world size): an index
+            # given as an argument, `.cuda(args.gpu)`, may be None, the current
+            # GPU; only a device string that always names one (`f"cuda:{gpu}"`)
+            # shows a choice that other work on the default GPU ignores
+            self.selections = [(event, what) for event, what in self.selections
+                               if not self._index_argument(event.node)]
         if not self.selections or not self.uses:
             return
-        collector = FactCollector.of(self.ctx)
         by_scope: dict[tuple[int, ...], list[_Use]] = {}
         for use in self.uses:
             if self._selection_for(use) is not None and not self._made_current_before(use):
@@ -222,6 +236,12 @@ class ImplicitDefaultGpu(Rule):
                 related.append((later[0].node, "the GPU is made current only here, later"))
             self.report(first.node, _message(first, len(uses) - 1, what, bool(later)),
                         first.statement, self._unless(first, collector), related)
+
+    def _index_argument(self, node: cst.CSTNode) -> bool:
+        """`.cuda(args.gpu)`, `torch.device("cuda", args.gpu)`: the index as an argument."""
+        return type(node) is cst.Call and (
+            (type(node.func) is cst.Attribute and node.func.attr.value == "cuda")
+            or self.ctx.qualify(node.func) == "torch.device")
 
     def _selection_for(self, use: _Use) -> tuple[_Event, str] | None:
         """The first sign that `use`'s process picked a GPU other than the default."""

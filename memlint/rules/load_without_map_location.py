@@ -48,6 +48,11 @@ class LoadWithoutMapLocation(Rule):
                 "target device")
 
     VALID = [
+        # whole pickled modules, unpacked, and a dict whose entry becomes the model
+        "import torch\nencoder, decoder = torch.load('./model/conv_autoencoder.pkl')\n"
+        "encoder.cuda()\ndecoder.eval()",
+        "import torch\ncheckpoint = torch.load('./checkpoint/wide-resnet.t7')\n"
+        "net = checkpoint['net']\nbest_acc = checkpoint['acc']\nnet.cuda()",
         # GraphMAE: `model = model.cpu()` before the save its load reads back
         "import torch\ndef main(model, load_model, device):\n    model.to(device)\n"
         "    model = model.cpu()\n    if load_model:\n"
@@ -102,6 +107,9 @@ class LoadWithoutMapLocation(Rule):
         '        self.net.load_state_dict(torch.load(res101_path))\nmodel = FCN().cuda()',
     ]
     INVALID = [
+        # the twin: the dict's weights are copied into a module built here
+        "import torch\ncheckpoint = torch.load('./checkpoint/wide-resnet.t7')\n"
+        "net = checkpoint['net']\nnet.cuda()\nhead.load_state_dict(checkpoint['head'])",
         # the twin: moved back to the GPU before the save
         "import torch\ndef main(model, load_model, device):\n    model.to(device)\n"
         "    model = model.cpu()\n    model = model.to(device)\n    if load_model:\n"
@@ -143,6 +151,8 @@ class LoadWithoutMapLocation(Rule):
         self.used_as_model: set[str] = set()
         self.used_as_data: set[str] = set()  # `TensorDataset(d["x"])`, `d["images"]`
         self.copied_into_modules: set[str] = set()  # `net.load_state_dict(d["model"])`
+        #: names bound to an entry of a name (`net = checkpoint["net"]`: checkpoint -> net)
+        self.entries_taken: dict[str, set[str]] = {}
         #: names of models moved to a GPU so far (a model saved before is on the CPU)
         self.moved_to_gpu: set[str] = set()
         #: where each model name was last moved, in walk order: "cpu" after a
@@ -331,7 +341,7 @@ class LoadWithoutMapLocation(Rule):
             if saved_before is True or (saved_before is None and path in self.saved_on_cpu
                                         and path not in self.saved_maybe_gpu):
                 continue  # saved in this file from CPU values
-            if not distributed and (model == "<chained>" or model in self.used_as_model):
+            if not distributed and self._becomes_the_model(model):
                 continue  # a whole pickled model: it is the model, no second copy
             if model is not None and model in self.used_as_data \
                     and model not in self.copied_into_modules:
@@ -392,10 +402,36 @@ class LoadWithoutMapLocation(Rule):
         return None
 
     def _assigned_name(self) -> str | None:
+        """`ckpt` of `ckpt = torch.load(p)`; `encoder|decoder` of `encoder,
+        decoder = torch.load(p)` (whole pickled modules, unpacked)."""
         parent = self.ctx.parent
         if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            return dotted_name(parent.targets[0].target)
+            target = parent.targets[0].target
+            if isinstance(target, (cst.Tuple, cst.List)):
+                names = [dotted_name(e.value) for e in target.elements]
+                return "|".join(names) if names and all(names) else None
+            return dotted_name(target)
         return None
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        """`net = checkpoint["net"]`: what an entry of a loaded dict becomes."""
+        value = node.value
+        if isinstance(value, cst.Subscript) and len(node.targets) == 1:
+            owner, name = dotted_name(value.value), dotted_name(node.targets[0].target)
+            if owner is not None and name is not None:
+                self.entries_taken.setdefault(owner, set()).add(name)
+
+    def _becomes_the_model(self, model: str | None) -> bool:
+        """The loaded object is the model itself, no copy of it: `torch.load(p).cuda()`,
+        `net = torch.load(p)` then `net.eval()`, `encoder, decoder = torch.load(p)`,
+        or a dict whose entry becomes the model (`net = checkpoint["net"]`) and
+        none of whose entries is copied into a module by `load_state_dict`."""
+        if model is None:
+            return False
+        if model == "<chained>" or all(n in self.used_as_model for n in model.split("|")):
+            return True
+        taken = self.entries_taken.get(model, set())
+        return bool(taken & self.used_as_model) and model not in self.copied_into_modules
 
     def _chained_as_model(self) -> bool:
         """`torch.load(p).cuda()`, `torch.load(p).eval()`."""

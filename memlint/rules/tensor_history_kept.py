@@ -16,7 +16,7 @@ from memlint.analysis.stores import (Store, StoresAt, code, container_name, is_d
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import (Condition, Either, UnlessForwardsGiveNoHistoryAt,
                                       UnlessImportedFunctionsKeepNoHistory,
-                                      UnlessProjectOnCpu)
+                                      UnlessProgramMethodsKeepNoHistory, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
 
@@ -317,8 +317,14 @@ class TensorHistoryKept(Rule):
         if not imported or collector is None or \
                 self.values.settled(value, trust_imported_names=False).history:
             return unless
-        return Either((unless, UnlessImportedFunctionsKeepNoHistory(
-            collector.facts.module, tuple(sorted(set(imported))))))
+        module = collector.facts.module
+        functions = tuple(sorted({f for f in imported if f[0]}))
+        methods = tuple(sorted({name for owner, name in imported if not owner}))
+        if functions:
+            unless = Either((unless, UnlessImportedFunctionsKeepNoHistory(module, functions)))
+        if methods:
+            unless = Either((unless, UnlessProgramMethodsKeepNoHistory(module, methods)))
+        return unless
 
     def _publish_results(self) -> None:
         """Tell the project what this module's functions return (for callers
