@@ -5,13 +5,19 @@ file one MEM000 finding naming the reason, never the run and never another
 file's findings; with one job as with many.
 
 The parent hands each worker one file at a time, so when a worker dies or is
-stopped the file it was on is known; a fresh worker takes the rest.
+stopped the file it was on is known; a fresh worker takes the rest. A small
+next task is sent ahead, while the worker is still on the current one, so the
+worker never waits for the parent between files (the parent reads, unpickles
+and records a result while the next file is being checked); the file a worker
+was on is still the first one it has not answered, and a task sent ahead to a
+worker that died goes back to the queue.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import time
 from collections import deque
@@ -25,6 +31,9 @@ Result = TypeVar("Result")
 
 #: how often a busy worker's memory is measured
 _MEMORY_POLL_S = 0.1
+#: a task sent ahead must fit the pipe's buffer, so that sending it never
+#: blocks the parent while the worker blocks sending a large result
+_AHEAD_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -62,9 +71,7 @@ def run_supervised(check: Callable[[Task], Result], tasks: Sequence[Task], worke
                 if outcome is None:
                     continue
                 results[worker.task] = outcome
-                if isinstance(outcome, Failure):
-                    worker.replace()
-                worker.task = None
+                worker.next_task(pending, failed=isinstance(outcome, Failure))
                 worker.take(pending, tasks)
     finally:
         for worker in pool:
@@ -90,6 +97,7 @@ class _Worker:
     def __init__(self, check: Callable[[Task], Result]) -> None:
         self.check = check
         self.task: int | None = None
+        self.ahead: int | None = None  # sent ahead, to start when `task` is answered
         self.started = 0.0
         self._start()
 
@@ -100,11 +108,31 @@ class _Worker:
         child_end.close()
 
     def take(self, pending: deque[int], tasks: Sequence[Task]) -> None:
-        if not pending:
+        """Start a task if idle, and send a small next one ahead."""
+        if self.task is None and pending:
+            self.task = pending.popleft()
+            self.started = time.monotonic()
+            self.connection.send_bytes(pickle.dumps(tasks[self.task]))
+        if self.task is not None and self.ahead is None and pending:
+            data = pickle.dumps(tasks[pending[0]])
+            if len(data) <= _AHEAD_BYTES:
+                try:
+                    self.connection.send_bytes(data)
+                except OSError:  # died on its current task: `outcome` says so
+                    return
+                self.ahead = pending.popleft()
+
+    def next_task(self, pending: deque[int], failed: bool) -> None:
+        """The current task is answered: the one sent ahead starts now, or, when
+        the worker failed, goes back to the front of the queue for a fresh one."""
+        if failed:
+            self.replace()
+            if self.ahead is not None:
+                pending.appendleft(self.ahead)
+            self.task, self.ahead = None, None
             return
-        self.task = pending.popleft()
+        self.task, self.ahead = self.ahead, None
         self.started = time.monotonic()
-        self.connection.send(tasks[self.task])
 
     def outcome(self, ready: list, budget: Budget) -> Result | Failure | None:
         """The result of the current task, a Failure, or None while it runs."""
