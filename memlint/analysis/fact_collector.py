@@ -131,7 +131,6 @@ class FactCollector:
         else:
             self._functions[-1][0].append((method, self.ctx.grad_disabled))
 
-
     def _note_cuda_option(self, node: cst.Call) -> None:
         """`parser.add_argument("--cuda", action="store_true")`: CUDA only when asked."""
         action = next((a.value for a in node.args if a.keyword and a.keyword.value == "action"), None)
@@ -145,7 +144,6 @@ class FactCollector:
                 option = str(arg.value.evaluated_value).lstrip("-").replace("-", "_")
                 if option in _CUDA_OPTIONS:
                     self.facts.cuda_opt_in.add(option)
-
 
     def _note_cuda_setting(self, node: cst.Call) -> None:
         """`args = Namespace(..., cuda=False)`: a notebook's settings, CUDA off

@@ -445,9 +445,8 @@ class UnlessProgramMethodsKeepNoHistory(Condition):
     methods: tuple[str, ...]
 
     def drops(self, project: Project) -> bool:
-        files = [f.path for f in project.linked(self.module) if f.path.endswith(".py")]
         for method in self.methods:
-            verdicts = [v for path in files for v in _method_verdicts(path, method)]
+            verdicts = project.method_verdicts(self.module, method)
             if not verdicts or not all(verdicts):
                 return False
         return True
@@ -457,18 +456,10 @@ def _method_verdicts(path: str, method: str) -> list[bool]:
     """For each class's `def method` in the file at `path`: whether every
     value it returns is a plain number (`x.item()`, `0`, `math.exp(...)`, a
     name bound to one, arithmetic of those)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            source = handle.read()
-    except (OSError, UnicodeDecodeError):
+    read = _read_tree(path, f"def {method}(".encode())
+    if read is None:
         return []
-    if f"def {method}(" not in source:
-        return []
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError):
-        return []
-    return [_returns_numbers(node, method) for cls in ast.walk(tree)
+    return [_returns_numbers(node, method) for cls in ast.walk(read[1])
             if isinstance(cls, ast.ClassDef) for node in cls.body
             if isinstance(node, ast.FunctionDef) and node.name == method]
 
@@ -544,6 +535,7 @@ class Project:
         self.modules = [f for f in facts if f is not None]
         self.look_around = look_around
         self._call_positions: dict[str, dict[str, list[tuple[int, int]]]] = {}
+        self._method_verdicts: dict[tuple[str, str], list[bool]] = {}
         self._component_cuda: dict[frozenset[str], bool] = {}
 
     @cached_property
@@ -706,6 +698,18 @@ class Project:
                          if _names_function(call.callee, function, parts))
         return found
 
+    def method_verdicts(self, module: str, method: str) -> list[bool]:
+        """For each definition of `method` in a class of the modules linked to
+        `module`: whether it returns plain numbers only (each file read once)."""
+        found = []
+        for facts in self.linked(module):
+            if facts.path.endswith(".py"):
+                key = (facts.path, method)
+                if key not in self._method_verdicts:
+                    self._method_verdicts[key] = _method_verdicts(facts.path, method)
+                found += self._method_verdicts[key]
+        return found
+
     def position_of(self, facts: ModuleFacts, call: CallFact) -> tuple[int, int] | None:
         """(line, column), 1-based, of a call recorded in `facts`: the n-th call
         written so in the file is found again with Python's own parser, which
@@ -723,17 +727,29 @@ class Project:
         return found[index] if len(found) == len(same) else None
 
 
-def _calls_by_written_name(path: str) -> dict[str, list[tuple[int, int]]]:
-    """Every call of a dotted name in the file, in source order, by that name."""
+def _read_tree(path: str, needle: bytes = b"") -> tuple[str, ast.Module] | None:
+    """The file's text and Python's own tree of it (a fraction of libcst's
+    cost), read again for a finding that asks; None when it cannot be read or
+    parsed, or does not contain `needle`."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
+        if needle not in data:
+            return None
         text = importlib.util.decode_source(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escapes: not ours to report here
-            tree = ast.parse(data)
+            return text, ast.parse(data)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError, LookupError):
+        return None
+
+
+def _calls_by_written_name(path: str) -> dict[str, list[tuple[int, int]]]:
+    """Every call of a dotted name in the file, in source order, by that name."""
+    read = _read_tree(path)
+    if read is None:
         return {}
+    text, tree = read
     lines = _LINE_BREAK.split(text)
     found: dict[str, list[tuple[int, int]]] = {}
     for node in ast.walk(tree):

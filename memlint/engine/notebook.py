@@ -175,8 +175,8 @@ def python_lines(lines: list[str]) -> list[str]:
     for line in _without_leading_indent(lines):
         # `!wget url \` then `    -O file`: IPython joins a magic's continuation lines
         replaced.append("" if continued else _without_ipython_syntax(line))
-        magic = continued or replaced[-1] != line
-        continued = magic and line.rstrip().endswith("\\")
+        ipython = continued or replaced[-1] != line
+        continued = ipython and line.rstrip().endswith("\\")
     return replaced
 
 
