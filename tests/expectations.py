@@ -7,7 +7,8 @@ import re
 import tokenize
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+CHECKOUT = Path(__file__).resolve().parent.parent
+FIXTURES = CHECKOUT / "fixtures"
 _EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>MEM[0-9]{3}(?:\s*,\s*MEM[0-9]{3})*)")
 
 
@@ -25,3 +26,9 @@ def expected_findings(source: str) -> set[tuple[int, str]]:
 
 def fixture_files(suffix: str = ".py") -> list[Path]:
     return sorted(p for p in FIXTURES.rglob(f"*{suffix}") if "__pycache__" not in p.parts)
+
+
+def page_path(code: str) -> Path:
+    """The checkout's reference page of `code`, in its rule package."""
+    from memlint.rules.catalogue import PACKAGES_BY_CODE
+    return CHECKOUT.joinpath(*PACKAGES_BY_CODE[code].split("."), "page.md")

@@ -21,6 +21,7 @@ from memlint import __version__
 from memlint.cli import pages
 from memlint.cli.main import main
 from tests.cli_helpers import check, write
+from tests.expectations import page_path
 from memlint.rules import NAMES_BY_CODE, RULES_BY_CODE
 from memlint.rules import ALL_CODES
 
@@ -226,14 +227,14 @@ def test_rules_lists_every_code_with_its_name_and_a_one_line_summary(capsys):
 
 
 @pytest.mark.parametrize("spelling", ["MEM007", "mem007", "load-without-map-location"])
-def test_rule_prints_the_page_from_rules_folder(spelling, capsys):
+def test_rule_prints_the_page_from_its_package(spelling, capsys):
     assert main(["rule", spelling]) == 0
-    assert capsys.readouterr().out == (CHECKOUT / "rules" / "MEM007.md").read_text(encoding="utf-8")
+    assert capsys.readouterr().out == page_path("MEM007").read_text(encoding="utf-8")
 
 
 def test_every_code_has_a_written_page():
     for code in NAMES_BY_CODE:
-        assert (CHECKOUT / "rules" / f"{code}.md").is_file(), code
+        assert page_path(code).is_file(), code
 
 
 def test_a_rule_without_a_page_gets_one_built_from_its_docstring(monkeypatch, capsys):
@@ -279,7 +280,7 @@ def test_rule_pages_ship_in_a_built_wheel(tmp_path, monkeypatch):
         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert shown.returncode == 0, shown.stderr
     assert str(venv) in shown.stderr, "the wheel's memlint must be the one imported"
-    assert shown.stdout == (CHECKOUT / "rules" / "MEM007.md").read_text(encoding="utf-8")
+    assert shown.stdout == page_path("MEM007").read_text(encoding="utf-8")
     assert sysconfig.get_paths()["purelib"] not in shown.stderr
 
 

@@ -53,7 +53,7 @@ def test_a_helper_memlint_cannot_read_is_said_less_of(tmp_path):
 
 
 def test_the_screen_passes_every_flagged_example_and_spares_files_without_a_default_use():
-    from memlint.rules.implicit_default_gpu import ImplicitDefaultGpu as Rule
+    from memlint.rules.mem008_implicit_default_gpu.rule import ImplicitDefaultGpu as Rule
 
     def wants(text: str) -> bool:
         return Rule.entry.wants(text, text.lower())

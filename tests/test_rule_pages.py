@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
 import pytest
 
 from memlint import check_source
 from memlint.rules import ALL_RULES
+from tests.expectations import page_path
 
-PAGES = Path(__file__).resolve().parent.parent / "rules"
 
 
 def python_blocks(page: str, section: str) -> list[str]:
@@ -22,7 +20,7 @@ def python_blocks(page: str, section: str) -> list[str]:
 
 @pytest.mark.parametrize("code", [rule.code for rule in ALL_RULES])
 def test_the_page_example_is_flagged_and_its_fix_is_not(code):
-    page = (PAGES / f"{code}.md").read_text(encoding="utf-8")
+    page = page_path(code).read_text(encoding="utf-8")
     examples, fixes = python_blocks(page, "Example"), python_blocks(page, "Use instead")
     assert examples and fixes
     for example in examples:

@@ -1,23 +1,16 @@
-"""A rule's reference page (`rules/MEM003.md`), from a checkout or an installed wheel.
-
-The pages live once, in `rules/` at the top of the repository. `memlint/rule_pages`
-is a symbolic link to that folder, so the pages are package data: setuptools
-copies them into the wheel, and an editable install reads them in place.
-Where the link did not survive (a checkout without symlink support) the
-folder next to the package is read instead.
-"""
+"""A rule's reference page: `page.md` in the rule's package
+(`memlint/rules/mem003_tensor_history_kept/page.md`), package data in a wheel
+and read in place from a checkout."""
 
 from __future__ import annotations
 
 import re
 
 import sys
-from pathlib import Path
 
 from memlint import rules as registry
 from memlint.rules import NAMES_BY_CODE, SYNTAX_ERROR_CODE
-
-_CHECKOUT_PAGES = Path(__file__).resolve().parents[2] / "rules"
+from memlint.rules.catalogue import PACKAGES_BY_CODE
 
 
 def resolve_code(code_or_name: str) -> str | None:
@@ -47,13 +40,11 @@ def page(code: str) -> str:
 
 def _read_page(code: str) -> str | None:
     from importlib import resources  # start-up: only `memlint rule` reads pages
-    packaged = resources.files("memlint").joinpath("rule_pages", f"{code}.md")
     try:
-        return packaged.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError, OSError):
-        pass
-    checkout = _CHECKOUT_PAGES / f"{code}.md"
-    return checkout.read_text(encoding="utf-8") if checkout.is_file() else None
+        return resources.files(PACKAGES_BY_CODE[code]).joinpath("page.md").read_text(
+            encoding="utf-8")
+    except (KeyError, OSError):
+        return None
 
 
 def _generated_page(code: str) -> str:

@@ -1,5 +1,6 @@
-"""The rule registry: every module in this package holds one rule, listed in
-`catalogue.py`.
+"""The rule registry: every package `memNNN_<name>/` here holds one rule
+(`rule.py`), its page and how `memlint verify` measures it; `catalogue.py`
+finds them.
 
 Codes, names and severities come from the catalogue, which imports nothing
 heavy; the rule classes (and libcst with them) are imported on first use of
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-from memlint.rules.catalogue import CATALOGUE
+from memlint.rules.catalogue import CATALOGUE, PACKAGES_BY_CODE
 
 SYNTAX_ERROR_CODE = "MEM000"
 SYNTAX_ERROR_NAME = "syntax-error"
@@ -30,7 +31,7 @@ def _load() -> list:
     from memlint.rules.base import Rule
 
     for entry in CATALOGUE:
-        importlib.import_module(f"{__name__}.{entry.module}")
+        importlib.import_module(f"{PACKAGES_BY_CODE[entry.code]}.rule")
     rules = sorted(Rule.__subclasses__(), key=lambda r: r.code)
     codes = [r.code for r in rules]
     if len(codes) != len(set(codes)) or SYNTAX_ERROR_CODE in codes \

@@ -1,7 +1,7 @@
 """The base class every rule derives from.
 
 A rule module reads top to bottom: docstring (the rule's summary), `code`
-(its name, severity and keywords are its entry in `catalogue.py`), the
+(its name, severity and keywords are the `ENTRY` of its package), the
 `VALID` / `INVALID` examples (collected by one generic test), then
 `visit_<Node>` / `leave_<Node>` methods that call `self.report`.
 Suppression, positions and selection are the engine's business; no rule looks
@@ -17,7 +17,8 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.project import Condition
-from memlint.rules.catalogue import ENTRIES_BY_CODE, RuleEntry
+from memlint.rules.catalogue import ENTRIES_BY_CODE
+from memlint.rules.entry import RuleEntry
 
 
 class FixPlan(NamedTuple):
@@ -34,8 +35,8 @@ class FixPlan(NamedTuple):
 
 class Rule:
     code: ClassVar[str]
-    #: name, default severity and text screen: from the rule's entry in
-    #: `catalogue.py`, which the engine reads without importing the rules
+    #: name, default severity and text screen: from its package's `ENTRY`,
+    #: which the engine reads without importing the rules
     name: ClassVar[str]
     severity: ClassVar[str]
     keywords: ClassVar[tuple[str, ...]]

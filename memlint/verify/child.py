@@ -155,7 +155,9 @@ def _describe(error: BaseException, script: str) -> dict:
 
 def run(spec: dict) -> dict:
     from memlint.verify.instrument import PROBE_NAME, instrument
-    from memlint.verify.meters import METERS, Device, WorkerHitsMeter
+    from memlint.verify import meters as meter_classes
+    from memlint.verify.judges import rule_verify
+    from memlint.verify.meters import Device, WorkerHitsMeter
 
     script = os.path.abspath(spec["script"])
     device = Device(_existing(spec.get("device")))
@@ -178,7 +180,7 @@ def run(spec: dict) -> dict:
     meters_by_key: dict[int, list] = {}
     for statement in instrumented.statements:
         for finding_id, code in statement.findings:
-            meter_type = METERS[code]
+            meter_type = getattr(meter_classes, rule_verify(code).METER)
             if meter_type is WorkerHitsMeter:
                 meter = WorkerHitsMeter(device, spec.get("hits_path"), finding_id)
             else:

@@ -19,65 +19,8 @@ from dataclasses import dataclass, replace
 from memlint.engine.fixes import fix_text
 from memlint.engine.source import check_source
 from memlint.finding import UNSAFE, Finding
-from memlint.verify.judges import human_bytes, loaded_on_gpu
+from memlint.verify.judges import Quantity, human_bytes, rule_verify
 from memlint.verify.runner import Options, ScriptRun, Verified, verify_script
-
-
-@dataclass(frozen=True)
-class Quantity:
-    """What a rule's fix should lower (or raise), read from its judge's numbers."""
-
-    what: str
-    read: Callable[[dict], float | None]
-    unit: str  # "bytes" or "GB/s"
-    lower_is_better: bool = True
-
-
-def _bytes_put(numbers: dict) -> float | None:
-    if "allocated_delta_max" not in numbers:
-        return None
-    return max(numbers["allocated_delta_max"], numbers["created_bytes_max"])
-
-
-def _per_iteration(numbers: dict) -> float | None:
-    return numbers.get("per_execution_bytes")
-
-
-def _saved_for_backward(numbers: dict) -> float | None:
-    if numbers.get("hits", 0) == 0:
-        return None
-    return numbers.get("activation_bytes_max", 0)
-
-
-def _copy_rate(numbers: dict) -> float | None:
-    """GB/s of the host-to-device copy of the loader's batches as it hands them
-    over: pageable as loaded, or pinned when the loader pins them."""
-    batches = [b for b in numbers.get("batches", []) if "pinned_seconds" in b]
-    if not batches:
-        return None
-    seconds = sum(b["pinned_seconds"] if b["already_pinned"] else b["pageable_seconds"]
-                  for b in batches)
-    return sum(b["bytes"] for b in batches) / seconds / 1e9 if seconds > 0 else None
-
-
-def _loaded_on_gpu(numbers: dict) -> float | None:
-    loads = numbers.get("loads")
-    if not loads:
-        return None
-    return sum(loaded_on_gpu(loads).values())
-
-
-QUANTITIES = {
-    "MEM001": Quantity("put on the GPU by the statement", _bytes_put, "bytes"),
-    "MEM003": Quantity("kept per iteration", _per_iteration, "bytes"),
-    "MEM004": Quantity("activations saved for backward in one call", _saved_for_backward,
-                       "bytes"),
-    "MEM005": Quantity("batch copy to the GPU as loaded", _copy_rate, "GB/s",
-                       lower_is_better=False),
-    "MEM007": Quantity("loaded onto the GPU", _loaded_on_gpu, "bytes"),
-    "MEM009": Quantity("kept on the device per forward", _per_iteration, "bytes"),
-    "MEM010": Quantity("kept on the device per iteration", _per_iteration, "bytes"),
-}
 
 
 @dataclass
@@ -139,6 +82,12 @@ def _amount(value: float | None, unit: str) -> str:
     return f"{value:.1f} GB/s" if unit == "GB/s" else human_bytes(value)
 
 
+def _quantity(code: str) -> Quantity | None:
+    """What the rule's fix changes, from its `verify.py` (None: no number to compare)."""
+    quantity: Quantity | None = getattr(rule_verify(code), "QUANTITY", None)
+    return quantity
+
+
 def line_map(before: str, after: str) -> Callable[[int], int]:
     """Where each line of `before` is in `after` (1-based): unchanged lines
     by the diff, a rewritten line at the same place in its rewritten block."""
@@ -167,14 +116,14 @@ def compare_fixes(path: str, findings: list[Finding], options: Options,
         return FixComparison(path, before, None, [], "no fix applies to its findings" + (
             "" if unsafe else " (unsafe fixes need --unsafe-fixes)"))
     where = line_map(text, result.text)
-    fixed = [f for f in result.fixed if f.code in QUANTITIES]
+    fixed = [f for f in result.fixed if _quantity(f.code) is not None]
     moved = [replace(f, line=where(f.line), end_line=where(f.end_line), fix=None)
              for f in fixed]
     after = verify_script(path, moved, options, source=result.text)
     by_line = {(v.finding.code, v.finding.line): v for v in after.verified}
     effects = []
     for finding, moved_finding in zip(fixed, moved):
-        quantity = QUANTITIES[finding.code]
+        quantity = _quantity(finding.code)
         before_numbers = _numbers(before.verified, finding)
         after_verified = by_line.get((finding.code, moved_finding.line))
         effects.append(FixEffect(

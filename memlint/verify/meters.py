@@ -2,7 +2,8 @@
 
 One meter per finding. `enter` runs just before the statement, `exit` just
 after it (also when it raises), `finish` once when the script has ended.
-Each meter records raw numbers only; judging them is `judges.py`'s job.
+Each meter records raw numbers only; judging them is the job of the rule's
+`verify.py`, which names its meter here.
 Meters that need a CUDA device read it through `Device`, which answers 0
 where there is none, so the machinery itself runs (and is tested) on a CPU.
 """
@@ -606,17 +607,3 @@ class DefaultDeviceMeter(Meter):
     def result(self) -> dict:
         return {**super().result(), "selected": self.selected, "samples": self.samples,
                 "device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0}
-
-
-METERS: dict[str, type[Meter]] = {
-    "MEM001": DeviceBytesMeter,
-    "MEM002": WorkerHitsMeter,
-    "MEM003": GrowthMeter,
-    "MEM004": SavedTensorsMeter,
-    "MEM005": LoaderCopyMeter,
-    "MEM006": GradModeMeter,
-    "MEM007": LoadedDevicesMeter,
-    "MEM008": DefaultDeviceMeter,
-    "MEM009": KeptOnDeviceMeter,  # the container the hook adds to, per forward
-    "MEM010": KeptOnDeviceMeter,
-}

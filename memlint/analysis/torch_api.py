@@ -1,0 +1,137 @@
+"""Every PyTorch API name memlint reasons about, in one place.
+
+Names are fully qualified, as `ImportTable.qualify` spells a call after
+resolving the module's imports (`from torch import no_grad as ng` -> `torch.no_grad`).
+Each `torch.*` name here was checked against torch 2.13.0: `tests/test_torch_api.py`
+resolves every one in the installed torch, so an upgrade that renames or drops
+one fails there rather than silently changing findings. Names of other libraries
+(numpy, DeepSpeed, torchvision) are listed beside the torch name they stand for.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: the torch release the names below were checked against
+CHECKED_AGAINST = "2.13.0"
+
+# -- tensors ------------------------------------------------------------------------------
+
+#: `torch.<T>(...)` builds a CPU tensor, `torch.cuda.<T>` a CUDA one (legacy constructors)
+TENSOR_TYPES: tuple[str, ...] = (
+    "Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
+    "IntTensor", "ShortTensor", "ByteTensor", "CharTensor", "BoolTensor")
+CUDA_TENSOR_TYPES: frozenset[str] = frozenset(TENSOR_TYPES) - {"Tensor"}
+#: calls whose result holds the same data as their first argument
+SAME_DATA_CALLS: frozenset[str] = frozenset({
+    "torch.tensor", "torch.as_tensor", "torch.asarray", "torch.from_numpy",
+    "numpy.array", "numpy.asarray", "numpy.ascontiguousarray",
+    *(f"torch.{t}" for t in TENSOR_TYPES)})
+#: factories of new tensors, on the CPU unless given a device
+HOST_FACTORIES: frozenset[str] = frozenset(f"torch.{name}" for name in (
+    "randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
+    "FloatTensor", "Tensor", "LongTensor", "DoubleTensor", "tensor", "from_numpy"))
+#: functions that join tensors into one (a growing result when fed their own output)
+CONCATENATIONS: frozenset[str] = frozenset({
+    "torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.hstack",
+    "torch.vstack", "torch.row_stack", "torch.column_stack", "torch.dstack"})
+
+# -- grad mode ----------------------------------------------------------------------------
+
+#: context managers (and decorators) that turn autograd off, with their short name
+GRAD_OFF_CONTEXTS: dict[str, str] = {
+    "torch.no_grad": "no_grad",
+    "torch.autograd.no_grad": "no_grad",
+    "torch.autograd.grad_mode.no_grad": "no_grad",
+    "torch.inference_mode": "inference_mode",
+    "torch.autograd.inference_mode": "inference_mode",
+    "torch.autograd.grad_mode.inference_mode": "inference_mode",
+}
+#: context managers (and decorators) that turn autograd back on
+GRAD_ON_CONTEXTS: dict[str, str] = {
+    "torch.enable_grad": "enable_grad",
+    "torch.autograd.enable_grad": "enable_grad",
+    "torch.autograd.grad_mode.enable_grad": "enable_grad",
+}
+#: `set_grad_enabled(flag)`: a context manager, and a plain call that switches the mode
+GRAD_MODE_SETTERS: frozenset[str] = frozenset({
+    "torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
+    "torch.autograd.grad_mode.set_grad_enabled"})
+
+# -- autograd -----------------------------------------------------------------------------
+
+#: functions that run a backward pass
+AUTOGRAD_ENTRY: frozenset[str] = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+#: calls that show a function wants gradients (Grad-CAM, adversarial attacks, training)
+GRAD_USERS: frozenset[str] = frozenset({
+    *AUTOGRAD_ENTRY, "torch.autograd.functional.jacobian", "torch.autograd.functional.hessian",
+    "torch.autograd.functional.vjp", "torch.autograd.functional.jvp", "torch.func.grad",
+    "torch.func.vjp"})
+#: `Variable(x, volatile=True)`: `volatile` does nothing since PyTorch 0.4
+VARIABLE: frozenset[str] = frozenset({"torch.autograd.Variable",
+                                      "torch.autograd.variable.Variable"})
+#: `torch.nn.functional` losses (their result is a loss, not a model output)
+FUNCTIONAL_LOSS = re.compile(r"torch\.nn\.functional\.(\w*loss|cross_entropy|"
+                             r"binary_cross_entropy\w*|kl_div|nll_loss)$")
+
+# -- data ---------------------------------------------------------------------------------
+
+DATA_LOADERS: frozenset[str] = frozenset({"torch.utils.data.DataLoader",
+                                          "torch.utils.data.dataloader.DataLoader"})
+TENSOR_DATASETS: frozenset[str] = frozenset({"torch.utils.data.TensorDataset",
+                                             "torch.utils.data.dataset.TensorDataset"})
+
+# -- devices ------------------------------------------------------------------------------
+
+DEVICE_FACTORIES: frozenset[str] = frozenset({"torch.device"})
+CURRENT_CUDA_DEVICE: frozenset[str] = frozenset({"torch.cuda.current_device",
+                                                 "torch.accelerator.current_accelerator"})
+SET_DEFAULT_DEVICE: frozenset[str] = frozenset({"torch.set_default_device"})
+#: torch.cuda functions that create the CUDA context (is_available, device_count,
+#: manual_seed and empty_cache do not: they query the driver or are deferred)
+CUDA_INITIALISERS: frozenset[str] = frozenset(f"torch.cuda.{name}" for name in (
+    "init", "current_device", "set_device", "synchronize", "get_device_name",
+    "get_device_capability", "get_device_properties", "mem_get_info", "current_stream",
+    "default_stream", "Stream", "Event", "stream", "device", "ipc_collect",
+    "can_device_access_peer", "get_rng_state", "set_per_process_memory_fraction"))
+#: calls that create a context on the current device when given none: measured on
+#: an H100, torch 2.11, each in a fresh process (`empty_cache`, `manual_seed`,
+#: `memory_allocated`, `get_device_properties`, `current_device` were measured not to)
+CONTEXT_ON_CURRENT_DEVICE: dict[str, str] = {
+    "torch.cuda.synchronize": "device", "torch.cuda.mem_get_info": "device",
+    "torch.cuda.Stream": "device"}
+
+# -- processes ----------------------------------------------------------------------------
+
+#: calls that run one process per GPU, or join such a group (`mp.spawn` alone is
+#: not: Hogwild and RPC examples spawn CPU workers and let one of them use the GPU)
+RUNS_PER_GPU: frozenset[str] = frozenset({
+    "torch.distributed.init_process_group", "deepspeed.initialize",
+    "deepspeed.init_distributed", "torch.distributed.launcher.api.elastic_launch"})
+#: calls that start or wrap one process per GPU (what a checkpoint load in the same
+#: program then does once per rank)
+RANK_STARTERS: frozenset[str] = frozenset({
+    "torch.distributed.init_process_group", "torch.multiprocessing.spawn",
+    "torch.nn.parallel.DistributedDataParallel"})
+
+# -- serialization ------------------------------------------------------------------------
+
+LOADS: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"})
+SAVES: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
+
+# -- `from torch import *` ----------------------------------------------------------------
+
+#: What `from <module> import *` brings that rules ask about: the public names
+#: of those modules, listed here rather than imported (memlint never imports
+#: the code it checks, nor torch).
+STAR_EXPORTS: dict[str, frozenset[str]] = {
+    "torch": frozenset({
+        "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "empty", "full",
+        "zeros_like", "ones_like", "empty_like", "full_like", "rand", "randn", "randint",
+        "randperm", "rand_like", "randn_like", "randint_like", "arange", "linspace",
+        "logspace", "eye", "normal", "bernoulli", "multinomial", "stack", "cat", "no_grad",
+        "enable_grad", "inference_mode", "set_grad_enabled", *TENSOR_TYPES}),
+    "torch.utils.data": frozenset({
+        "DataLoader", "Dataset", "IterableDataset", "TensorDataset", "ConcatDataset",
+        "Subset", "random_split"}),
+}

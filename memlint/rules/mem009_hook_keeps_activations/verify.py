@@ -1,0 +1,17 @@
+"""How `memlint verify` measures MEM009: the device bytes kept through the hook's container per
+forward."""
+
+from __future__ import annotations
+
+from memlint.verify.judges import Quantity
+from memlint.verify.judges import judge_kept_growth as judge  # noqa: F401  (this rule's judge)
+
+#: the class in memlint/verify/meters.py that probes the flagged line
+METER = "KeptOnDeviceMeter"
+
+
+def _per_iteration(numbers: dict) -> float | None:
+    return numbers.get("per_execution_bytes")
+
+
+QUANTITY = Quantity("kept on the device per forward", _per_iteration, "bytes")
