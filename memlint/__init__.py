@@ -1,9 +1,9 @@
 """memlint: find GPU-memory anti-patterns in PyTorch code, and prove them on a GPU."""
 
 from memlint.engine import Report, check_paths, check_source
-from memlint.finding import Finding, InternalError, Related
 from memlint.engine.settings import Settings
+from memlint.finding import Finding, InternalError, Related
+from memlint.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["Finding", "InternalError", "Related", "Report", "Settings", "check_paths",
            "check_source", "__version__"]

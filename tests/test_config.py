@@ -10,7 +10,7 @@ import pytest
 
 from memlint import check_source
 from tests.cli_helpers import check, write
-from memlint.cli.config import ConfigError, find_pyproject, load_settings, settings_from_table
+from memlint.engine.config import ConfigError, find_pyproject, load_settings, settings_from_table
 from memlint.rules import RULES_BY_CODE
 
 FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"

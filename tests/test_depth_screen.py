@@ -1,4 +1,4 @@
-"""The depth screen's bracket count (engine/source.py `_bracket_depth`) gives
+"""The depth screen's bracket count (engine/syntax.py `_bracket_depth`) gives
 what the plain loop over brackets gave, floor at 0 included, and
 `dotted_name` what the list-and-join version gave."""
 
@@ -10,7 +10,7 @@ import libcst as cst
 import pytest
 
 from memlint.analysis.names import dotted_name
-from memlint.engine.source import _BRACKETS, _bracket_depth, _looks_deep
+from memlint.engine.syntax import _BRACKETS, _bracket_depth, _looks_deep
 
 
 def _reference_depth(source: str) -> int:

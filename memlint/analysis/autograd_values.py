@@ -21,7 +21,6 @@ history), None (cannot tell, e.g. a function parameter). Rules flag only True.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -31,6 +30,7 @@ from memlint.analysis.devices import ModelPlacements
 from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.names import dotted_name
 from memlint.analysis.walker import children as children_of
+from memlint.analysis.torch_api import AUTOGRAD_ENTRY, FUNCTIONAL_LOSS
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,6 @@ _CLEAN_TORCH = {
 #: Functions returning (values, indices): position 1 (or `.indices`) has no history.
 _VALUES_INDICES = {"max", "min", "topk", "sort", "kthvalue", "median", "mode", "cummax",
                    "cummin"}
-_FUNCTIONAL_LOSS = re.compile(r"torch\.nn\.functional\.(\w*loss|cross_entropy|"
-                              r"binary_cross_entropy\w*|kl_div|nll_loss)$")
 _MAX_DEPTH = 12
 #: the key of a wait on a method of an object the module does not show (`.get_loss`)
 _METHOD_KEY = "."
@@ -401,7 +399,7 @@ class AutogradValues:
             return CLEAN if qualified.split(".", 1)[0] in ("numpy", "math", "statistics") \
                 else UNKNOWN
         short = qualified.rsplit(".", 1)[-1]
-        if _FUNCTIONAL_LOSS.match(qualified):
+        if FUNCTIONAL_LOSS.match(qualified):
             return _loss_result([self._trace(a, seen, depth) for a in args])
         if qualified.startswith("torch.nn.") and not qualified.startswith("torch.nn.functional."):
             return CLEAN  # building a module or loss object, not running it
@@ -770,7 +768,6 @@ class _Flow:
 
 #: What runs a backward: `loss.backward()`, `self.manual_backward(loss)`, `torch.autograd.grad(...)`.
 BACKWARD_METHODS = {"backward", "manual_backward"}
-AUTOGRAD_ENTRY = {"torch.autograd.backward", "torch.autograd.grad"}
 _GROWING_METHODS = {"append", "extend", "insert", "appendleft", "add", "update"}
 _DETACHING_METHODS = {"detach", "detach_", "item", "tolist", "numpy"}
 _DETACHED_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device"}

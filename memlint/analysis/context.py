@@ -16,12 +16,9 @@ from typing import NamedTuple, TypeVar
 import libcst as cst
 
 from memlint.analysis.names import ImportTable, dotted_name, literal_bool
+from memlint.analysis.project import ModuleFacts
+from memlint.analysis.torch_api import GRAD_MODE_SETTERS, GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS
 
-_GRAD_OFF = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
-             "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
-_GRAD_ON = {"torch.enable_grad", "torch.autograd.enable_grad"}
-_SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
-             "torch.autograd.grad_mode.set_grad_enabled"}
 
 T = TypeVar("T")
 
@@ -70,6 +67,9 @@ class Context:
         #: module-wide analyses shared by rules (one instance per type), walked
         #: before the rules so their facts are current when a rule visits a node
         self.analyses: dict[type, object] = {}
+        #: what this file tells the rest of the project, filled in during the walk
+        #: (None where a file is walked on its own, outside the engine)
+        self.facts: ModuleFacts | None = None
         self.ancestors: list[cst.CSTNode] = []
         self.scopes: list[Scope] = []
         self._if_depth = 0  # `if` statements around the current node
@@ -267,11 +267,11 @@ class Context:
         node = self.resolve(node)
         target = node.func if isinstance(node, cst.Call) else node
         qualified = self.names.qualify(target)
-        if qualified in _GRAD_OFF:
+        if qualified in GRAD_OFF_CONTEXTS:
             return False
-        if qualified in _GRAD_ON:
+        if qualified in GRAD_ON_CONTEXTS:
             return True
-        if qualified in _SET_GRAD and isinstance(node, cst.Call) and node.args:
+        if qualified in GRAD_MODE_SETTERS and isinstance(node, cst.Call) and node.args:
             return literal_bool(node.args[0].value)
         return None
 
@@ -344,7 +344,7 @@ class Context:
         """The grad mode a bare `torch.set_grad_enabled(False)` (or `True`)
         statement switches to from here on; None for any other statement."""
         call = statement.value
-        if isinstance(call, cst.Call) and self.names.qualify(call.func) in _SET_GRAD and call.args:
+        if isinstance(call, cst.Call) and self.names.qualify(call.func) in GRAD_MODE_SETTERS and call.args:
             return literal_bool(call.args[0].value)
         return None
 

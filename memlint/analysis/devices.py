@@ -16,17 +16,13 @@ from memlint.analysis.context import Context
 from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
-from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.torch_api import (CUDA_TENSOR_TYPES, CURRENT_CUDA_DEVICE, DEVICE_FACTORIES,
+                                        DEVICE_FACTORY, HOST_COPIES)
 
 #: Names that hold the training device in real code when their binding is not visible.
 CONVENTIONAL_DEVICE_NAMES = {"device", "dev", "cuda_device", "gpu", "self.device",
                              "args.device", "opt.device", "cfg.device", "config.device",
                              "world.device", "self.dev", "params.device", "hparams.device"}
-_CUDA_TENSOR_TYPES = {"FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
-                      "LongTensor", "IntTensor", "ShortTensor", "ByteTensor", "CharTensor",
-                      "BoolTensor"}
-_DEVICE_FACTORIES = {"torch.device"}
-_CURRENT_CUDA = {"torch.cuda.current_device", "torch.accelerator.current_accelerator"}
 #: Words in a device factory's name that say "not CUDA": `xm.xla_device()`, `get_tpu_device()`.
 _OTHER_ACCELERATORS = {"xla", "tpu", "mps", "cpu"}
 
@@ -80,10 +76,10 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
             template = string_value(func.value)  # `"cuda:{}".format(args.gpu)`
             return _device_string(template) if template is not None else None
         qualified = ctx.qualify(func)
-        if qualified in _DEVICE_FACTORIES:
+        if qualified in DEVICE_FACTORIES:
             first = call_arg(node, "type", position=0)
             return is_cuda_device(first.value, ctx, depth + 1) if first else None
-        if qualified in _CURRENT_CUDA:
+        if qualified in CURRENT_CUDA_DEVICE:
             return True
         name = dotted_name(node.func) or ""
         if (qualified or "").startswith("torch_xla") or \
@@ -118,20 +114,17 @@ def _tests_opt_in_option(test: cst.BaseExpression, ctx: Context) -> bool:
     file declares `--cuda` as an option that is off unless given."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
         return _tests_opt_in_option(test.left, ctx) or _tests_opt_in_option(test.right, ctx)
-    collector = FactCollector.of(ctx)
     name = dotted_name(test) or ""
-    return collector is not None and "." in name \
-        and name.rsplit(".", 1)[-1] in collector.facts.cuda_opt_in
+    return ctx.facts is not None and "." in name \
+        and name.rsplit(".", 1)[-1] in ctx.facts.cuda_opt_in
 
 
 def _cpu_by_default(option: str, ctx: Context) -> bool:
-    collector = FactCollector.of(ctx)
-    return collector is not None and option in collector.facts.cpu_default_options
+    return ctx.facts is not None and option in ctx.facts.cpu_default_options
 
 
 def _file_mentions_cuda(ctx: Context) -> bool:
-    collector = FactCollector.of(ctx)
-    return collector is None or collector.facts.mentions_cuda
+    return ctx.facts is None or ctx.facts.mentions_cuda
 
 
 def cuda_tensor_type(node: cst.BaseExpression, ctx: Context) -> bool:
@@ -139,7 +132,7 @@ def cuda_tensor_type(node: cst.BaseExpression, ctx: Context) -> bool:
     node = ctx.resolve(node)
     qualified = ctx.qualify(node) or ""
     return (qualified.startswith("torch.cuda.")
-            and qualified.rsplit(".", 1)[-1] in _CUDA_TENSOR_TYPES)
+            and qualified.rsplit(".", 1)[-1] in CUDA_TENSOR_TYPES)
 
 
 def moves_to_cuda(call: cst.Call, ctx: Context) -> bool:
@@ -240,7 +233,7 @@ def _moved_onto_cuda(call: cst.Call, ctx: Context) -> bool | None:
     if target is None:
         return False  # `x.to(other_tensor)` is rare; `x.to(dtype=...)` stays put
     qualified = ctx.qualify(target.value) or ""
-    if qualified.startswith("torch.") and not qualified.startswith("torch.device"):
+    if qualified.startswith("torch.") and not qualified.startswith(DEVICE_FACTORY):
         return False  # a dtype: the model stays where it was
     return is_cuda_device(target.value, ctx)
 
@@ -371,13 +364,13 @@ def _call_device(call: cst.Call, ctx: Context, depth: int) -> bool | None:
             target = call_arg(call, "device", position=0)
             qualified = (ctx.qualify(target.value) or "") if target is not None else ""
             if target is None or (qualified.startswith("torch.")
-                                  and not qualified.startswith("torch.device")):
+                                  and not qualified.startswith(DEVICE_FACTORY)):
                 return device_of_value(func.value, ctx, depth)  # a dtype: it stays put
             return is_cuda_device(target.value, ctx)
         if method in _FOLLOWS_ITS_TENSOR:
             return device_of_value(func.value, ctx, depth)
     if qualified.startswith("torch."):
-        if qualified.startswith(("torch.tensor", "torch.from_numpy", "torch.as_tensor")):
+        if qualified.startswith(HOST_COPIES):
             return False  # made on the host (a device would have made it `made_on_cuda`)
         inputs = [device_of_value(a.value, ctx, depth) for a in call.args if a.keyword is None]
         for arg in call.args:  # `torch.cat([a, b])`: its parts

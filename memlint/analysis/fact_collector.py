@@ -3,18 +3,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import libcst as cst
 
+from memlint.analysis.autograd_values import AutogradValues
 from memlint.analysis.context import Context
+from memlint.analysis.gpu_selection import sets_current_device
 from memlint.analysis.module_index import names_grad_off
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import CallFact, ModuleFacts
 from memlint.analysis.screens import DEVICE_SETTER_TAILS
-
-if TYPE_CHECKING:
-    from memlint.analysis.autograd_values import AutogradValues
 
 
 class FactCollector:
@@ -24,6 +21,7 @@ class FactCollector:
     def __init__(self, ctx: Context, facts: ModuleFacts) -> None:
         self.ctx = ctx
         self.facts = facts
+        ctx.facts = facts  # what every analysis and rule of this walk reads
         #: per function being walked: the method names it calls (with grad off
         #: there or not), and whether it back-propagates
         self._functions: list[tuple[list[tuple[str, bool]], list[bool]]] = []
@@ -50,9 +48,6 @@ class FactCollector:
                 isinstance(e, cst.StarredElement) for e in node.value.elements):
             known[name] = ()  # a forward that returns anything else: nothing to say
             return
-        # imported here: autograd_values stands on devices, which stands on this module
-        from memlint.analysis.autograd_values import AutogradValues
-
         if self._values is None:
             self._values = AutogradValues(self.ctx)  # made for the few files that need it
         clean = tuple(self._values.value_of(e.value).history is False
@@ -107,9 +102,6 @@ class FactCollector:
         function = self.ctx.function
         if function is None:
             return
-        # imported here: gpu_selection stands on devices, which stands on this module
-        from memlint.analysis.gpu_selection import sets_current_device
-
         if sets_current_device(node, self.ctx):
             self.facts.device_setters.add(function.name.value)
 

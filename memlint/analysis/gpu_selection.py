@@ -19,19 +19,10 @@ import libcst as cst
 from memlint.analysis.context import Context
 from memlint.analysis.devices import cuda_tensor_type, string_value
 from memlint.analysis.names import call_arg, dotted_name
-from memlint.analysis.screens import CUDA_VISIBLE, SETS_CURRENT_DEVICE, SETS_ENVIRONMENT
+from memlint.analysis.screens import CUDA_VISIBLE, SETS_ENVIRONMENT
+from memlint.analysis.torch_api import (CONTEXT_ON_CURRENT_DEVICE, DEVICE_FACTORY, DEVICE_GUARDS, LOADS,
+                                        RUNS_PER_GPU, SETS_CURRENT_DEVICE)
 
-#: Calls that create a CUDA context (or memory) on the current device when
-#: given none: measured on an H100, torch 2.11, each in a fresh process.
-#: `empty_cache`, `manual_seed`, `memory_allocated`, `get_device_properties`,
-#: `current_device` were measured not to, so they are not here.
-_CONTEXT_ON_CURRENT = {"torch.cuda.synchronize": "device", "torch.cuda.mem_get_info": "device",
-                       "torch.cuda.Stream": "device"}
-#: Calls that run one process per GPU, or join such a group.
-#: (`mp.spawn` alone is not: Hogwild and RPC examples spawn CPU workers and
-#: let one of them use the GPU.)
-_RUNS_PER_GPU = {"torch.distributed.init_process_group", "deepspeed.initialize",
-                 "deepspeed.init_distributed", "torch.distributed.launcher.api.elastic_launch"}
 #: Environment variables a launcher sets per process.
 _RANK_VARIABLES = {"LOCAL_RANK", "RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
                    "MPI_LOCALRANKID"}
@@ -74,7 +65,7 @@ def selects_a_gpu(node: cst.CSTNode, ctx: Context) -> str | None:
     if _environ_key(node, ctx) in _RANK_VARIABLES:
         return "reads the rank its launcher set"
     qualified = ctx.qualify(node.func) or ""
-    if qualified in _RUNS_PER_GPU:
+    if qualified in RUNS_PER_GPU:
         return f"runs one process per GPU ({qualified.rsplit('.', 1)[-1]})"
     func = node.func
     if type(func) is cst.Attribute:
@@ -85,7 +76,7 @@ def selects_a_gpu(node: cst.CSTNode, ctx: Context) -> str | None:
                 and "{" in template else None
         if method == "cuda" and node.args and node.args[0].keyword is None:
             return BY_INDEX if _index_like(node.args[0].value) else None
-    if qualified == "torch.device" and len(node.args) >= 2 and _index_like(node.args[1].value):
+    if qualified == DEVICE_FACTORY and len(node.args) >= 2 and _index_like(node.args[1].value):
         return BY_INDEX
     return None
 
@@ -118,7 +109,7 @@ def under_device_guard(ctx: Context) -> bool:
     for ancestor in ctx.ancestors:
         if type(ancestor) is cst.With and any(
                 type(item.item) is cst.Call
-                and ctx.qualify(item.item.func) in ("torch.cuda.device", "torch.cuda.device_of")
+                and ctx.qualify(item.item.func) in DEVICE_GUARDS
                 for item in ancestor.items):
             return True
     return False
@@ -148,11 +139,11 @@ def default_device_use(call: cst.Call, ctx: Context) -> str | None:
     qualified = ctx.qualify(func)
     if qualified is None or not qualified.startswith("torch"):
         return None
-    if qualified in _CONTEXT_ON_CURRENT:
-        device = call_arg(call, _CONTEXT_ON_CURRENT[qualified], position=0)
+    if qualified in CONTEXT_ON_CURRENT_DEVICE:
+        device = call_arg(call, CONTEXT_ON_CURRENT_DEVICE[qualified], position=0)
         return f"{qualified}() with no device, which creates a CUDA context on the current one" \
             if device is None or unindexed_cuda(device.value, ctx) else None
-    if qualified == "torch.load":
+    if qualified in LOADS:
         target = call_arg(call, "map_location", position=1)
         return "map_location 'cuda' without an index" \
             if target is not None and unindexed_cuda(target.value, ctx) else None
@@ -178,7 +169,7 @@ def unindexed_cuda(node: cst.BaseExpression, ctx: Context, depth: int = 0) -> bo
         return any(unindexed_cuda(arm, ctx, depth + 1) for arm in arms) and not any(
             _indexed_or_unknown_cuda(arm, ctx) for arm in arms)
     if type(node) is cst.Call:
-        if ctx.qualify(node.func) != "torch.device" or not node.args:
+        if ctx.qualify(node.func) != DEVICE_FACTORY or not node.args:
             return False
         has_index = len(node.args) > 1 or call_arg(node, "index") is not None
         return not has_index and unindexed_cuda(node.args[0].value, ctx, depth + 1)

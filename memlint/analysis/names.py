@@ -8,10 +8,9 @@ rules ask: "is this expression `torch.utils.data.DataLoader`?".
 from __future__ import annotations
 
 import libcst as cst
+from memlint.analysis.torch_api import STAR_EXPORTS
 
 
-#: torch's DataLoader, by every qualified name it is imported under
-DATA_LOADERS = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 
 
 def dotted_name(node: cst.BaseExpression | None) -> str | None:
@@ -48,23 +47,6 @@ def _module_path(node: cst.BaseExpression) -> str:
     return dotted_name(node) or ""
 
 
-_TENSOR_TYPES = ("Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
-                 "LongTensor", "IntTensor", "ShortTensor", "ByteTensor", "CharTensor",
-                 "BoolTensor")
-#: What `from <module> import *` brings that rules ask about: the public names
-#: of those modules, listed here rather than imported (memlint never imports
-#: the code it checks, nor torch).
-STAR_EXPORTS = {
-    "torch": frozenset({
-        "tensor", "as_tensor", "asarray", "from_numpy", "zeros", "ones", "empty", "full",
-        "zeros_like", "ones_like", "empty_like", "full_like", "rand", "randn", "randint",
-        "randperm", "rand_like", "randn_like", "randint_like", "arange", "linspace",
-        "logspace", "eye", "normal", "bernoulli", "multinomial", "stack", "cat", "no_grad",
-        "enable_grad", "inference_mode", "set_grad_enabled", *_TENSOR_TYPES}),
-    "torch.utils.data": frozenset({
-        "DataLoader", "Dataset", "IterableDataset", "TensorDataset", "ConcatDataset",
-        "Subset", "random_split"}),
-}
 
 
 #: Names that only ever mean these modules, also when another module's

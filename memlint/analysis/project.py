@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
+from memlint.analysis.source_lines import LINE_BREAK
 from memlint.finding import Finding, Related
 
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: Words that show a file may put something on a CUDA device (in its lower-cased
 #: text: substring tests cost a fraction of one case-blind regular expression).
 _CUDA_WORDS = ("cuda", "nccl", "accelerator", "set_default_device", "local_rank")
@@ -268,10 +268,7 @@ class UnlessProjectOnCpu(Condition):
 
     @classmethod
     def here(cls, ctx) -> UnlessProjectOnCpu:
-        from memlint.analysis.fact_collector import FactCollector  # a parse-time question
-
-        collector = FactCollector.of(ctx)
-        return cls(collector.facts.module if collector is not None else None)
+        return cls(ctx.facts.module if ctx.facts is not None else None)
 
     def drops(self, project: Project) -> bool:
         return not project.mentions_cuda or not project.cuda_near(self.module)
@@ -750,7 +747,7 @@ def _calls_by_written_name(path: str) -> dict[str, list[tuple[int, int]]]:
     if read is None:
         return {}
     text, tree = read
-    lines = _LINE_BREAK.split(text)
+    lines = LINE_BREAK.split(text)
     found: dict[str, list[tuple[int, int]]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):

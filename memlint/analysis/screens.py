@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import re
 
-#: Calls that make a GPU the current device for the rest of the process.
-SETS_CURRENT_DEVICE = frozenset({
-    "torch.cuda.set_device", "torch.accelerator.set_device_index",
-    "torch.accelerator.set_device_idx",
-    # these call set_device for the rank they run in
-    "accelerate.Accelerator", "accelerate.accelerator.Accelerator", "accelerate.PartialState",
-    "deepspeed.initialize", "deepspeed.init_distributed", "deepspeed.comm.init_distributed"})
+from memlint.analysis.torch_api import SETS_CURRENT_DEVICE
+
 #: Calls that set CUDA_VISIBLE_DEVICES in the environment.
 SETS_ENVIRONMENT = frozenset({"os.environ.setdefault", "os.putenv"})
 #: The environment variable that hides every GPU but the chosen ones.

@@ -17,13 +17,11 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
+from memlint.analysis.torch_api import CONCATENATIONS, INDEX_RANGES
 
 #: Container methods that keep their argument, with the verb a message uses.
 STORING_METHODS = {"append": "append", "extend": "extend with", "insert": "insert",
                    "appendleft": "append"}
-CONCATENATIONS = {"torch.cat", "torch.concat", "torch.concatenate", "torch.stack",
-                  "torch.hstack", "torch.vstack", "torch.row_stack", "torch.column_stack",
-                  "torch.dstack"}
 
 _DATA_LOOP = re.compile(r"load|batch|data|epoch|step|iter|sample|episode|train|valid|val_|"
                         r"test|eval|input|image|img|example|\b(x|y|xb|yb|dl|ds)\b|"
@@ -152,7 +150,7 @@ def code(node: cst.CSTNode, limit: int = 40) -> str:
 
 #: What a loop's iterable is wrapped in (`enumerate(tqdm(loader))`).
 _LOOP_WRAPPERS = {"enumerate", "tqdm", "zip", "iter", "islice"}
-_COUNTS = {"range", "trange", "numpy.arange", "np.arange", "torch.arange"}
+_COUNTS = {*INDEX_RANGES, "trange", "np.arange"}
 
 
 def iterates_data(loop: cst.CSTNode) -> bool:

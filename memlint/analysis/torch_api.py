@@ -31,10 +31,17 @@ SAME_DATA_CALLS: frozenset[str] = frozenset({
 HOST_FACTORIES: frozenset[str] = frozenset(f"torch.{name}" for name in (
     "randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
     "FloatTensor", "Tensor", "LongTensor", "DoubleTensor", "tensor", "from_numpy"))
+#: calls that copy their argument into a new tensor, on the CPU unless given a device
+HOST_COPIES: tuple[str, ...] = ("torch.tensor", "torch.from_numpy", "torch.as_tensor")
+#: ranges of indices, not data (`for i in torch.arange(n)`)
+INDEX_RANGES: frozenset[str] = frozenset({"range", "numpy.arange", "torch.arange"})
 #: functions that join tensors into one (a growing result when fed their own output)
 CONCATENATIONS: frozenset[str] = frozenset({
     "torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.hstack",
     "torch.vstack", "torch.row_stack", "torch.column_stack", "torch.dstack"})
+
+#: the base class of every model
+MODULE_BASE = "torch.nn.Module"
 
 # -- grad mode ----------------------------------------------------------------------------
 
@@ -83,7 +90,17 @@ TENSOR_DATASETS: frozenset[str] = frozenset({"torch.utils.data.TensorDataset",
 
 # -- devices ------------------------------------------------------------------------------
 
-DEVICE_FACTORIES: frozenset[str] = frozenset({"torch.device"})
+DEVICE_FACTORY = "torch.device"
+DEVICE_FACTORIES: frozenset[str] = frozenset({DEVICE_FACTORY})
+#: `with torch.cuda.device(i):` makes GPU i the current device inside the block
+DEVICE_GUARDS: frozenset[str] = frozenset({"torch.cuda.device", "torch.cuda.device_of"})
+#: calls that make a GPU the current device for the rest of the process (the
+#: accelerate and DeepSpeed ones call set_device for the rank they run in)
+SETS_CURRENT_DEVICE: frozenset[str] = frozenset({
+    "torch.cuda.set_device", "torch.accelerator.set_device_index",
+    "torch.accelerator.set_device_idx",
+    "accelerate.Accelerator", "accelerate.accelerator.Accelerator", "accelerate.PartialState",
+    "deepspeed.initialize", "deepspeed.init_distributed", "deepspeed.comm.init_distributed"})
 CURRENT_CUDA_DEVICE: frozenset[str] = frozenset({"torch.cuda.current_device",
                                                  "torch.accelerator.current_accelerator"})
 SET_DEFAULT_DEVICE: frozenset[str] = frozenset({"torch.set_default_device"})

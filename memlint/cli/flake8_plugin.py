@@ -16,8 +16,8 @@ import os
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
-from memlint import __version__
-from memlint.cli.config import ConfigError, find_pyproject, load_settings
+from memlint.version import __version__
+from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.engine import RuleCrash, check_source
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings

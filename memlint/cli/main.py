@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from memlint import __version__
-from memlint.cli.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
+from memlint.version import __version__
+from memlint.engine.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
                                 common_parent, find_pyproject, load_settings, parse_codes)
 from memlint.engine import Source, check_sources, discover_sources, size_limit
 from memlint.engine.cache import ResultCache, default_cache_dir

@@ -19,8 +19,8 @@ import re
 import sys
 from urllib.parse import unquote, urlparse
 
-from memlint import __version__
-from memlint.cli.config import ConfigError, find_pyproject, load_settings
+from memlint.version import __version__
+from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.engine import Source, check_source
 from memlint.engine.fixes import fix_text, wanted
 from memlint.engine.paths import check_sources

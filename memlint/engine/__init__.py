@@ -7,7 +7,8 @@ which ask the analyses.
 from memlint.engine.paths import (NOTEBOOK_SUFFIX, PYTHON_SUFFIXES, Report, Source,
                                   check_file, check_paths, check_sources, discover,
                                   discover_sources, size_limit)
-from memlint.engine.source import RuleCrash, check_source, decode, syntax_error
+from memlint.engine.source import check_source, decode
+from memlint.engine.syntax import RuleCrash, syntax_error
 
 __all__ = ["NOTEBOOK_SUFFIX", "PYTHON_SUFFIXES", "Report", "RuleCrash", "Source", "check_file",
            "check_paths", "check_source", "check_sources", "decode", "discover",

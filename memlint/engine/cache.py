@@ -25,12 +25,12 @@ import pickle
 import sys
 from pathlib import Path
 
-import memlint
 from memlint.engine.settings import Settings
+from memlint.version import __version__
 
 CACHE_DIR_NAME = ".memlint_cache"
 #: the files memlint is made of, for the cache key (measured once per process)
-_PACKAGE = Path(memlint.__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent
 
 
 def default_cache_dir(settings: Settings) -> Path:
@@ -112,7 +112,7 @@ def _run_key(settings: Settings) -> bytes:
     that pickled it, and the settings that change a file's findings (not
     which files are found, nor which findings fail the run)."""
     shaping = dataclasses.replace(settings, exclude=(), extend_exclude=(), fail_on="note")
-    parts = [memlint.__version__, sys.version, repr(shaping), *_package_stamp()]
+    parts = [__version__, sys.version, repr(shaping), *_package_stamp()]
     return "\n".join(parts).encode()
 
 

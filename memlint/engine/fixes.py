@@ -19,7 +19,7 @@ import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from memlint.engine.source import LINE_BREAK
+from memlint.analysis.source_lines import LINE_BREAK
 from memlint.finding import SAFE, Finding, Fix
 
 MAX_PASSES = 8

@@ -30,9 +30,11 @@ from dataclasses import dataclass, replace
 
 from collections.abc import Callable
 
+from memlint.analysis.source_lines import LINE_BREAK
 from memlint.analysis.project import ModuleFacts, Project
 from memlint.engine.fixes import MAX_PASSES, FixResult, apply_fixes, wanted
-from memlint.engine.source import LINE_BREAK, analyse_source, syntax_error
+from memlint.engine.source import analyse_source
+from memlint.engine.syntax import syntax_error
 from memlint.finding import Finding, Fix, Related
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import libcst as cst
 
+from memlint.analysis.source_lines import LINE_BREAK
 from memlint.analysis.context import Context
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.flows import ValueFlows
@@ -21,8 +22,7 @@ from memlint.analysis.project import ModuleFacts
 from memlint.analysis.walker import handlers_for, walk
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
-from memlint.engine.source import (LINE_BREAK, _LIBCST_POSITION, RuleCrash, _nested_too_deeply,
-                                   syntax_error)
+from memlint.engine.syntax import LIBCST_POSITION, RuleCrash, nested_too_deeply, syntax_error
 from memlint.engine.suppression import is_suppressed
 from memlint.finding import Edit, Finding, Fix, Related
 from memlint.rules import RULES_BY_CODE, SEVERITY_BY_CODE
@@ -30,16 +30,18 @@ from memlint.rules.base import FixPlan
 
 
 def check_parsed(source: str, path: str, settings: Settings, noqa: bool,
-                 codes: list[str], facts: ModuleFacts) -> list[Finding]:
+                 codes: list[str], facts: ModuleFacts,
+                 informants: list[str] | None = None) -> list[Finding]:
     """The findings of the rules `codes` (those whose screen passed), from one
-    parse and one walk; `facts` is filled in as the walk goes."""
+    parse and one walk; `facts` is filled in as the walk goes, also by the rules
+    `informants` (not selected here, walked for what they tell other files only)."""
     with _collector_paused():
-        return _check_parsed(source, path, settings, noqa, codes, facts)
+        return _check_parsed(source, path, settings, noqa, codes, facts, informants or [])
 
 
 def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
-                  codes: list[str], facts: ModuleFacts) -> list[Finding]:
-    rule_types = [RULES_BY_CODE[code] for code in codes]
+                  codes: list[str], facts: ModuleFacts, informants: list[str]) -> list[Finding]:
+    rule_types = [RULES_BY_CODE[code] for code in [*codes, *informants]]
     module = parse(source, path)
     tabs_expanded = False
     if isinstance(module, Finding):
@@ -66,7 +68,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         raise RuleCrash(f"{type(error).__name__}: {error}") from error
     finally:
         ctx.close()
-    reports = [(rule, *report) for rule in rules for report in rule.reports]
+    reports = [(rule, *report) for rule in rules if rule.code in codes for report in rule.reports]
     if not reports:
         return []
     if tabs_expanded:  # no edit computed on the expanded text may reach the file
@@ -114,7 +116,7 @@ def _no_validation(node: cst.CSTNode) -> None:
 
 def parse(source: str, path: str) -> cst.Module | Finding:
     """The libcst tree, or the MEM000 finding that says why there is none."""
-    too_deep = _nested_too_deeply(source)
+    too_deep = nested_too_deeply(source)
     if too_deep is not None:
         return syntax_error(path, *too_deep)
     try:
@@ -276,7 +278,7 @@ def _parse_failure(source: str, error: cst.ParserSyntaxError) -> tuple[int, int,
     except (ValueError, RecursionError, MemoryError):
         pass
     line, column = error.raw_line, error.raw_column + 1
-    position = _LIBCST_POSITION.search(error.message)
+    position = LIBCST_POSITION.search(error.message)
     if position:  # the native parser's raw_column is 0; its message has the real one
         line, column = int(position.group(1)), int(position.group(2)) + 1
     return line, column, f"cannot parse the file: {error.message.removeprefix('parser error: ')}"

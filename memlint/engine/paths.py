@@ -14,7 +14,8 @@ from memlint.engine.cache import ResultCache
 from memlint.engine.isolation import Budget, Failure, run_supervised
 from memlint.engine.notebook import analyse_notebook_source
 from memlint.engine.settings import Settings
-from memlint.engine.source import RuleCrash, analyse_source, syntax_error
+from memlint.engine.source import analyse_source
+from memlint.engine.syntax import RuleCrash, syntax_error
 from memlint.finding import Finding, InternalError
 
 PYTHON_SUFFIXES = (".py", ".pyi")

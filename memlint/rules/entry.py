@@ -18,6 +18,10 @@ class RuleEntry(NamedTuple):
     keywords: tuple[str, ...]
     #: a screen that needs more than one keyword: (text, lower-cased text) -> bool
     screen: Callable[[str, str], bool] | None = None
+    #: the rule also tells other files what this one does (what it saves, what its
+    #: functions return): it walks every file its screen passes, selected or not,
+    #: so that no file's findings depend on what is selected for another
+    gives_facts: bool = False
 
     def wants(self, source: str, lowered: str) -> bool:
         """Whether the file's text could hold a finding of this rule."""

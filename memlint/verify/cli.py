@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-from memlint.cli.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
+from memlint.engine.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
                             load_settings, parse_codes)
 from memlint.engine.settings import Settings
 

@@ -9,18 +9,12 @@ import libcst as cst
 
 from memlint.analysis.context import BindingSite
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
-from memlint.analysis.names import DATA_LOADERS, call_arg, dotted_name
+from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.walker import children
+from memlint.analysis.torch_api import DATA_LOADERS, SAME_DATA_CALLS, TENSOR_DATASETS, TENSOR_TYPES
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule
 
-_TENSOR_TYPES = ("Tensor", "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
-                 "LongTensor", "IntTensor", "ShortTensor", "ByteTensor", "CharTensor",
-                 "BoolTensor")
-#: Calls whose result holds the same data as their first argument.
-_SAME_DATA_CALLS = {"torch.tensor", "torch.as_tensor", "torch.asarray", "torch.from_numpy",
-                    "numpy.array", "numpy.asarray", "numpy.ascontiguousarray",
-                    *(f"torch.{t}" for t in _TENSOR_TYPES)}
 _SAME_DATA_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "bool", "byte",
                       "astype", "reshape", "view", "contiguous", "squeeze", "unsqueeze",
                       "transpose", "permute", "flatten", "clone", "copy", "type", "to",
@@ -29,7 +23,6 @@ _SAME_DATA_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "boo
 _READERS = {"numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
             "numpy.memmap"}
 _READER_PREFIXES = ("pandas.read_",)
-_TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
 #: Keywords a move may carry and still be undone by dropping it (not `dtype`).
 _MOVE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
@@ -276,7 +269,7 @@ class WholeDatasetToDevice(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
-        if qualified in _TENSOR_DATASETS:
+        if qualified in TENSOR_DATASETS:
             if any(_puts_on_cuda(arg.value, self) for arg in node.args):
                 self._gpu_tensor_datasets.append((node, self.statement(), self._dataset_names(node)))
             return
@@ -290,7 +283,7 @@ class WholeDatasetToDevice(Rule):
             self._note_batch_move(node)
             source = node.func.value  # `<source>.to(device)`, `<source>.cuda()`
         elif creates_on_cuda(node, self.ctx) and node.args and (
-                qualified in _SAME_DATA_CALLS or cuda_tensor_type(node.func, self.ctx)):
+                qualified in SAME_DATA_CALLS or cuda_tensor_type(node.func, self.ctx)):
             source = node.args[0].value  # `torch.tensor(<source>, device="cuda")`
         else:
             return
@@ -512,7 +505,7 @@ class WholeDatasetToDevice(Rule):
                     and not (self.ctx.qualify(node.func) or "").startswith("torch."):
                 node = node.func.value  # a method of the data returns the data
             elif isinstance(node, cst.Call) and node.args \
-                    and self.ctx.qualify(node.func) in _SAME_DATA_CALLS:
+                    and self.ctx.qualify(node.func) in SAME_DATA_CALLS:
                 node = node.args[0].value
             elif isinstance(node, (cst.Subscript, cst.Attribute)):
                 node = node.value
@@ -596,7 +589,7 @@ class WholeDatasetToDevice(Rule):
                 qualified = self.ctx.qualify(node.func) or ""
                 if isinstance(node.func, cst.Attribute) and not qualified.startswith("torch."):
                     node = node.func.value  # any method of the data returns the data
-                elif qualified in _SAME_DATA_CALLS and node.args:
+                elif qualified in SAME_DATA_CALLS and node.args:
                     node = node.args[0].value
                 else:
                     return None
@@ -726,7 +719,7 @@ class WholeDatasetToDevice(Rule):
         qualified = self.ctx.qualify(node.func) or _unimported_torch(node.func)
         if qualified in _READERS or qualified.startswith(_READER_PREFIXES):
             return STRONG
-        if qualified in _SAME_DATA_CALLS or cuda_tensor_type(node.func, self.ctx):
+        if qualified in SAME_DATA_CALLS or cuda_tensor_type(node.func, self.ctx):
             if not node.args or _sizes_only(node, qualified):
                 return NONE  # `torch.LongTensor(bptt, bsz)`: an empty buffer of that shape
             return self._evidence(node.args[0].value, depth + 1)
@@ -899,7 +892,7 @@ def _chains_to(value: cst.BaseExpression, call: cst.Call) -> bool:
 
 def _sizes_only(call: cst.Call, qualified: str) -> bool:
     """`torch.FloatTensor(3, 4)`, `torch.BoolTensor(x.size())`: a shape, not data."""
-    if qualified.rsplit(".", 1)[-1] not in _TENSOR_TYPES:
+    if qualified.rsplit(".", 1)[-1] not in TENSOR_TYPES:
         return False
     first = call.args[0].value
     if len(call.args) > 1 and call.args[1].keyword is None:

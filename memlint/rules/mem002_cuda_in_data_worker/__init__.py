@@ -6,4 +6,5 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM002", "cuda-in-data-worker", "error",
-                  ("Dataset", "DataLoader", "collate_fn", "worker_init_fn"))
+                  ("Dataset", "DataLoader", "collate_fn", "worker_init_fn"),
+                  gives_facts=True)

@@ -9,9 +9,10 @@ import libcst as cst
 
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
 from memlint.analysis.module_index import PARTIALS, FunctionInfo, ModuleIndex
-from memlint.analysis.names import DATA_LOADERS, call_arg, dotted_name, has_star_args
+from memlint.analysis.names import call_arg, dotted_name, has_star_args
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessLoadersRunInMainProcess
+from memlint.analysis.torch_api import CUDA_INITIALISERS, DATA_LOADERS
 from memlint.rules.base import Rule
 
 #: Dataset methods that run in the worker processes, once per sample or batch.
@@ -21,13 +22,6 @@ _WORKER_ARGUMENTS = (("collate_fn", 6), ("worker_init_fn", 10))
 #: Libraries whose `Dataset` classes are not fed to a torch DataLoader.
 _FOREIGN_DATASET_ROOTS = {"datasets", "tensorflow", "tf", "keras", "tensorflow_datasets",
                           "paddle", "mindspore", "jax", "flax", "ray"}
-#: torch.cuda functions that create the CUDA context (is_available, device_count,
-#: manual_seed and empty_cache do not: they query the driver or are deferred).
-_CUDA_INITIALISERS = {f"torch.cuda.{name}" for name in (
-    "init", "current_device", "set_device", "synchronize", "get_device_name",
-    "get_device_capability", "get_device_properties", "mem_get_info", "current_stream",
-    "default_stream", "Stream", "Event", "stream", "device", "ipc_collect",
-    "can_device_access_peer", "get_rng_state", "set_per_process_memory_fraction")}
 
 
 @dataclass
@@ -204,7 +198,7 @@ class CudaInDataWorker(Rule):
             action, fix = "moves tensors to CUDA", _RETURN_CPU
         elif creates_on_cuda(node, self.ctx):
             action, fix = "creates tensors on CUDA", _RETURN_CPU
-        elif qualified in _CUDA_INITIALISERS:
+        elif qualified in CUDA_INITIALISERS:
             action, fix = f"calls {qualified}(), which initialises CUDA,", _LEAVE_CUDA
         else:
             return
@@ -388,7 +382,7 @@ class CudaInDataWorker(Rule):
                 flagged_statements.add(site.statement)  # `return x.cuda(), y.cuda()` once
                 entry = reached[site.unit][0]
                 unless = UnlessLoadersRunInMainProcess(
-                    FactCollector.of(self.ctx).facts.module, entry.name) \
+                    self.ctx.facts.module, entry.name) \
                     if entry in self._loaded_elsewhere else None
                 self.report(site.node, _message(site, *reached[site.unit]), site.statement,
                             unless=unless)

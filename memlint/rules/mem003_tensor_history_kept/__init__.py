@@ -7,4 +7,4 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM003", "tensor-history-kept", "error",
-                  ("for ", "while "))
+                  ("for ", "while "), gives_facts=True)

@@ -18,9 +18,10 @@ from memlint.analysis.project import (Condition, Either, UnlessForwardsGiveNoHis
                                       UnlessImportedFunctionsKeepNoHistory,
                                       UnlessProgramMethodsKeepNoHistory, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
+from memlint.analysis.torch_api import MODULE_BASE
 from memlint.rules.base import FixPlan, Rule
 
-_MODULE_BASES = {"torch.nn.Module", "nn.Module", "Module"}
+_MODULE_BASES = {MODULE_BASE, "nn.Module", "Module"}
 
 
 @dataclass

@@ -10,10 +10,10 @@ import libcst as cst
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import (Either, UnlessCalledToTrain, UnlessCallersDisableGrad,
                                       UnlessForwardDisablesGrad, UnlessProjectOnCpu)
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
+from memlint.analysis.torch_api import GRAD_USERS, HOST_FACTORIES, VARIABLE
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule
 
@@ -39,12 +39,7 @@ _VERB_PREFIXES = {"setup", "load", "build", "get", "create", "make", "init", "pr
                   "log", "check", "is", "has", "reset", "register", "fuse", "quantize", "prune"}
 _MODEL_BASE_SUFFIXES = ("Model", "Module", "Net", "Network")
 _TORCH_ROOTS = ("torch", "torchvision", "transformers", "timm", "lightning", "pytorch_lightning")
-#: Calls that show the function wants gradients (Grad-CAM, adversarial attacks, training).
-_GRAD_USERS = {"torch.autograd.grad", "torch.autograd.backward", "torch.autograd.functional.jacobian",
-               "torch.autograd.functional.hessian", "torch.autograd.functional.vjp",
-               "torch.autograd.functional.jvp", "torch.func.grad", "torch.func.vjp"}
 _GRAD_METHODS = {"backward", "manual_backward", "requires_grad_", "retain_grad"}
-_VARIABLE = {"torch.autograd.Variable", "torch.autograd.variable.Variable"}
 _LIGHTNING_BASES = ("LightningModule",)
 _LIGHTNING_HOOK = re.compile(r"(validation|val|test|predict)_step$|.*_epoch_(start|end)$|on_.*")
 #: `DummyModel(...)`, `Net()`: calling a class builds a module, it runs no forward
@@ -277,11 +272,11 @@ class GradInInference(Rule):
         func = node.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
         qualified = self.ctx.qualify(func)
-        if method in _GRAD_METHODS or qualified in _GRAD_USERS:
+        if method in _GRAD_METHODS or qualified in GRAD_USERS:
             self.unit.wants_grad = True
             self.unit.grad_after_forward |= self.unit.forward is not None
             return
-        if qualified in _VARIABLE:
+        if qualified in VARIABLE:
             if _is_volatile(node) and not self.index.grad_disabled and not self.ctx.in_cpu_branch():
                 after_eval = any(self.unit.evaluated.values())
                 # the first one, or the first after `.eval()` in a function that also trains
@@ -523,7 +518,7 @@ class GradInInference(Rule):
         """`torch.randn(...)`, `torch.FloatTensor(1, 3, 8, 8)`: a new tensor with
         no device, in a file whose default device is not set to CUDA."""
         qualified = self.ctx.qualify(call.func) or ""
-        return qualified in _HOST_FACTORIES and call_arg(call, "device") is None
+        return qualified in HOST_FACTORIES and call_arg(call, "device") is None
 
     def _in_signature(self) -> bool:
         """A call in a parameter's default (`model_fn=lambda m, x: m(x)`) runs
@@ -635,11 +630,11 @@ class GradInInference(Rule):
         if info is not None and info.class_name is None and not self.index.call_sites(info):
             # called from other files only, perhaps all under no_grad
             unless = Either((unless, UnlessCallersDisableGrad(
-                FactCollector.of(self.ctx).facts.module, info.name)))
+                self.ctx.facts.module, info.name)))
         elif info is not None and not self.index.call_sites(info):
             # a method called from other files, perhaps only by training steps
             unless = Either((unless, UnlessCalledToTrain(
-                FactCollector.of(self.ctx).facts.module, info.name)))
+                self.ctx.facts.module, info.name)))
         return unless
 
     def _report_inference_through_helpers(self) -> None:
@@ -792,10 +787,6 @@ def _is_volatile(call: cst.Call) -> bool:
         and volatile.value.value == "True"
 
 
-#: Factories of new tensors, on the CPU unless given a device.
-_HOST_FACTORIES = {f"torch.{name}" for name in (
-    "randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange", "linspace",
-    "FloatTensor", "Tensor", "LongTensor", "DoubleTensor", "tensor", "from_numpy")}
 #: Tensor methods whose result is on the device of the tensor they are called on.
 _SAME_DEVICE_METHODS = {"view", "unsqueeze", "squeeze", "reshape", "float", "long", "int",
                         "double", "half", "t", "transpose", "permute", "contiguous",

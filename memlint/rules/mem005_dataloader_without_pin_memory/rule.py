@@ -12,23 +12,20 @@ from memlint.analysis.devices import (CudaReturns, creates_on_cuda, held_on_cuda
                                       moves_to_cuda)
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
                                     iterated_name, local_owner)
-from memlint.analysis.names import (DATA_LOADERS, call_arg, dotted_name, has_star_kwargs,
+from memlint.analysis.names import (call_arg, dotted_name, has_star_kwargs,
                                     literal_bool)
-from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import (Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
+from memlint.analysis.torch_api import DATA_LOADERS, INDEX_RANGES, SET_DEFAULT_DEVICE, TENSOR_DATASETS
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
 from memlint.rules.rewrites import with_keyword
 
-_SET_DEFAULT_DEVICE = {"torch.set_default_device"}
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
 #: collate_fn, pin_memory, ...)
 _PIN_MEMORY_POSITION = 7
 _COLLATE_POSITION = 6
 _PARTIAL = {"functools.partial"}
-_INDEX_RANGES = {"range", "numpy.arange", "torch.arange"}
-_TENSOR_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
 #: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
 _LOOKS = {"print", "len", "str", "repr", "type", "display"}
 #: Libraries whose data sets give host tensors.
@@ -259,7 +256,7 @@ class DataLoaderWithoutPinMemory(Rule):
         elif creates_on_cuda(node, self.ctx):
             self._note_dataset_on_gpu()
             self.copies_to_cuda = True
-        elif self.ctx.qualify(node.func) in _SET_DEFAULT_DEVICE and node.args:
+        elif self.ctx.qualify(node.func) in SET_DEFAULT_DEVICE and node.args:
             self.copies_to_cuda |= is_cuda_device(node.args[0].value, self.ctx) is True
         if self.copies_to_cuda and self.first_copy is None:
             self.first_copy = node
@@ -300,7 +297,7 @@ class DataLoaderWithoutPinMemory(Rule):
         owner = self.ctx.function if assigned is not None and "." not in assigned else None
         source = (self.ctx.qualify(dataset_value.func) or "") \
             if isinstance(dataset_value, cst.Call) else ""
-        host_dataset = source in _TENSOR_DATASETS or source.startswith(_HOST_DATASETS)
+        host_dataset = source in TENSOR_DATASETS or source.startswith(_HOST_DATASETS)
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
                                      dataset_class, escapes, assigned, owner, host_dataset))
 
@@ -311,9 +308,9 @@ class DataLoaderWithoutPinMemory(Rule):
         if not isinstance(dataset, cst.Call):
             return False
         qualified = self.ctx.qualify(dataset.func) or dotted_name(dataset.func) or ""
-        if qualified in _INDEX_RANGES:
+        if qualified in INDEX_RANGES:
             return True
-        if qualified in _TENSOR_DATASETS:
+        if qualified in TENSOR_DATASETS:
             return any(held_on_cuda(arg.value, self.ctx) for arg in dataset.args)
         return False
 
@@ -410,7 +407,7 @@ class DataLoaderWithoutPinMemory(Rule):
                     continue  # used where it is built: no importer iterates it
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
-                            UnlessNoImporterCopiesToCuda(FactCollector.of(self.ctx).facts.module),
+                            UnlessNoImporterCopiesToCuda(self.ctx.facts.module),
                             fix=_pin(loader))
                 continue
             unless = UnlessProjectOnCpu.here(self.ctx)

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import libcst as cst
 
+from memlint.analysis.torch_api import GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS
 from memlint.rules.base import Rule
 
 #: Context managers that change grad mode only while entered. `set_grad_enabled`
 #: is missing on purpose: called as a plain function it switches the mode.
-_CONTEXT_ONLY = {
-    "torch.no_grad": "no_grad",
-    "torch.autograd.no_grad": "no_grad",
-    "torch.autograd.grad_mode.no_grad": "no_grad",
-    "torch.inference_mode": "inference_mode",
-    "torch.autograd.inference_mode": "inference_mode",
-    "torch.autograd.grad_mode.inference_mode": "inference_mode",
-    "torch.enable_grad": "enable_grad",
-    "torch.autograd.enable_grad": "enable_grad",
-    "torch.autograd.grad_mode.enable_grad": "enable_grad",
-}
+_CONTEXT_ONLY = {**GRAD_OFF_CONTEXTS, **GRAD_ON_CONTEXTS}
 
 
 class GradModeNotEntered(Rule):

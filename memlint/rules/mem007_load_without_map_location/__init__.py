@@ -7,4 +7,5 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM007", "load-without-map-location", "warning",
-                  ("load", "save"))  # saves too: what a file saves tells the loads of others
+                  ("load", "save"),  # saves too: what a file saves tells the loads of others
+                  gives_facts=True)

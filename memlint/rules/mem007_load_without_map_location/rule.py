@@ -14,11 +14,11 @@ from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import (Either, UnlessProjectOnCpu, UnlessProjectSavesModelsOnCpu,
                                       UnlessSavedWithoutGpuTensors)
+from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule
 from memlint.rules.rewrites import with_keyword
 
-_LOADERS = {"torch.load", "torch.serialization.load"}
 
 
 class LoadWithoutMapLocation(Rule):
@@ -164,11 +164,11 @@ class LoadWithoutMapLocation(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
-        if qualified in _RANK_STARTERS and self.starts_ranks is None:
+        if qualified in RANK_STARTERS and self.starts_ranks is None:
             self.starts_ranks = node
         self._note_model_use(node)
         self._note_move_to_cpu(node)
-        if qualified in _SAVERS and len(node.args) >= 2:
+        if qualified in SAVES and len(node.args) >= 2:
             saved, path = node.args[0].value, node.args[1].value
             on_cpu = _saves_cpu_values(saved, self.ctx, self.moved_to_gpu) \
                 or _holds_arguments(saved)
@@ -188,7 +188,7 @@ class LoadWithoutMapLocation(Rule):
                     _holds_optimizer_state(saved) or _holds_arguments(saved)):
                 collector.facts.model_saves.append(on_cpu)
             return
-        if qualified not in _LOADERS:
+        if qualified not in LOADS:
             return
         self.loads_seen = True
         if call_arg(node, "map_location", position=1) is not None:
@@ -335,7 +335,7 @@ class LoadWithoutMapLocation(Rule):
         return name is not None and self.last_move.get(name) == "cpu"
 
     def finish(self) -> None:
-        distributed = self.starts_ranks is not None or FactCollector.of(self.ctx).facts.distributed
+        distributed = self.starts_ranks is not None or self.ctx.facts.distributed
         for node, statement, direct, model, saved_before, single in self.loads:
             path = _path_key(node.args[0].value) if node.args else None
             if saved_before is True or (saved_before is None and path in self.saved_on_cpu
@@ -357,7 +357,7 @@ class LoadWithoutMapLocation(Rule):
             if path not in self.saved_maybe_gpu:
                 # the project's own checkpoints, if every saver moves weights to the CPU
                 unless = Either((unless, UnlessProjectSavesModelsOnCpu(
-                    FactCollector.of(self.ctx).facts.module)))
+                    self.ctx.facts.module)))
             fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
                           ((node, with_keyword(node, "map_location", '"cpu"')),))
             self.report(node, message, statement, unless, fix=fix,
@@ -440,13 +440,10 @@ class LoadWithoutMapLocation(Rule):
 
 
 
-_SAVERS = {"torch.save", "torch.serialization.save"}
 #: What is done to a model and not to a dict of tensors.
 _MODEL_USES = {"cuda", "to", "eval", "train", "parameters", "named_parameters", "forward",
                "modules", "children", "half", "float", "zero_grad", "generate", "predict"}
 _OPTIMIZER = re.compile(r"(^|[._])(optim\w*|opt|opt_\w+|\w+_opt|\w*optimizer\w*)$", re.IGNORECASE)
-_RANK_STARTERS = {"torch.distributed.init_process_group", "torch.multiprocessing.spawn",
-                  "torch.nn.parallel.DistributedDataParallel"}
 #: Files that hold data, caches or bookkeeping rather than GPU tensors.
 _DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|scheduler|slices|"
                         r"^data$|\.data$|_data$|^data_|^images$|^labels$)", re.IGNORECASE)
@@ -612,7 +609,7 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str],
             return True  # `as_cpu(state)`, `to_cpu(x)`, `state_dict(model, cpu=True)`
         qualified = ctx.qualify(node.func) or ""
         if qualified.startswith("torch.") and call_arg(node, "device") is None \
-                and not qualified.startswith(("torch.load", "torch.cuda")):
+                and not qualified.startswith((*LOADS, "torch.cuda")):
             return True  # `torch.arange(4)`, `torch.randn(3)`: made on the CPU
     if isinstance(node, (cst.Dict, cst.List, cst.Tuple)):
         values = [e.value for e in node.elements if isinstance(e, (cst.DictElement, cst.Element))]

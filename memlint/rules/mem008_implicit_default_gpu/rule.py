@@ -13,6 +13,7 @@ from memlint.analysis.names import dotted_name
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessHelpersSetDevice
 from memlint.analysis.stores import code
+from memlint.analysis.torch_api import DEVICE_FACTORIES
 from memlint.rules.base import Rule
 
 #: callees never worth asking about: they cannot make a GPU current
@@ -241,7 +242,7 @@ class ImplicitDefaultGpu(Rule):
         """`.cuda(args.gpu)`, `torch.device("cuda", args.gpu)`: the index as an argument."""
         return type(node) is cst.Call and (
             (type(node.func) is cst.Attribute and node.func.attr.value == "cuda")
-            or self.ctx.qualify(node.func) == "torch.device")
+            or self.ctx.qualify(node.func) in DEVICE_FACTORIES)
 
     def _selection_for(self, use: _Use) -> tuple[_Event, str] | None:
         """The first sign that `use`'s process picked a GPU other than the default."""

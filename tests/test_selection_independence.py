@@ -1,0 +1,69 @@
+"""A file's findings never depend on what is selected or ignored for another
+file: rules that tell other files what a file does walk it whatever the
+selection (`RuleEntry.gives_facts`)."""
+
+from __future__ import annotations
+
+import functools
+import textwrap
+
+import pytest
+
+from memlint import Settings, check_paths
+from memlint.rules.catalogue import CATALOGUE
+from tests.expectations import FIXTURES
+
+TRAIN = textwrap.dedent("""\
+    import torch
+    model = torch.nn.Linear(8, 2).cuda()
+    for step in range(10):
+        loss = model(torch.randn(4, 8, device="cuda")).sum()
+        loss.backward()
+    model.cpu()
+    torch.save(model.state_dict(), "weights.pt")
+""")
+EVALUATE = textwrap.dedent("""\
+    import torch
+    model = torch.nn.Linear(8, 2).cuda()
+    model.load_state_dict(torch.load("weights.pt"))
+""")
+
+
+def _found(tree, settings: Settings) -> set[tuple[str, int, str]]:
+    report = check_paths([str(tree)], settings, jobs=1)
+    return {(f.path.rsplit("/", 1)[-1], f.line, f.code) for f in report.findings}
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    (tmp_path / "evaluate.py").write_text(EVALUATE)
+    return tmp_path
+
+
+def test_ignoring_a_rule_in_one_file_changes_no_other_files_findings(project):
+    everything = _found(project, Settings(root=str(project)))
+    ignored = _found(project, Settings(root=str(project),
+                                       per_file_ignores={"train.py": ("MEM007",)}))
+    assert {f for f in ignored if f[0] == "evaluate.py"} == \
+        {f for f in everything if f[0] == "evaluate.py"}
+
+
+def test_selecting_another_rule_changes_no_findings_of_this_one(project):
+    everything = _found(project, Settings(root=str(project)))
+    mem007 = _found(project, Settings(root=str(project), select=("MEM007",)))
+    assert mem007 == {f for f in everything if f[2] == "MEM007"}
+
+
+@functools.cache
+def _all_fixture_findings() -> frozenset[tuple[str, int, str]]:
+    return frozenset(_found(FIXTURES, Settings(root=str(FIXTURES))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", [entry.code for entry in CATALOGUE])
+def test_each_rule_alone_finds_what_it_finds_among_all(code):
+    """Over every fixture: `--select CODE` gives exactly CODE's findings of a full run."""
+    everything = _all_fixture_findings()
+    alone = _found(FIXTURES, Settings(root=str(FIXTURES), select=(code,)))
+    assert alone == {f for f in everything if f[2] == code}
