@@ -227,7 +227,8 @@ def profile_stages(root: str) -> list[tuple[str, float]]:
     rules = cumulative(lambda f, n: "memlint/rules/" in f
                        and n.startswith(("visit_", "leave_")))
     finish = cumulative(lambda f, n: "memlint/rules/" in f and n == "finish")
-    handlers = cumulative(lambda f, n: n == "handlers_for" and f.endswith("memlint/analysis/walker.py"))
+    handlers = cumulative(
+        lambda f, n: n == "handlers_for" and f.endswith("memlint/analysis/walker.py"))
     positions = cumulative(lambda f, n: n == "_place" and f.endswith("memlint/engine/source.py"))
     decode = cumulative(lambda f, n: n == "decode" and f.endswith("memlint/engine/source.py"))
     source_lines, first = inspect.getsourcelines(check_source)

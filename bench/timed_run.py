@@ -13,5 +13,6 @@ label, command = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
 start = time.perf_counter()
 status = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
 wall = time.perf_counter() - start
+peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 print(json.dumps({"label": label, "wall_s": round(wall, 2), "status": status,
-                  "max_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)}))
+                  "max_rss_mib": round(peak_kib / 1024)}))

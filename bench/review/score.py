@@ -227,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the repositories of repos/<LISTING>.csv (a glob: 'heldout_*')")
     parser.add_argument("--unjudged", action="store_true",
                         help="list the findings no verdict covers, as CSV rows to fill in")
-    parser.add_argument("--findings", action="store_true", help="list every finding and its verdict")
+    parser.add_argument("--findings", action="store_true",
+                        help="list every finding and its verdict")
     parser.add_argument("--save", type=Path, help="write the whole run as JSON")
     args = parser.parse_args(argv)
 
