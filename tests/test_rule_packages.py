@@ -37,7 +37,7 @@ def test_the_package_holds_the_rule_its_page_its_verify_and_fixtures(code):
     plugin = rule_verify(code)
     assert issubclass(getattr(meters, plugin.METER), meters.Meter)
     assert callable(plugin.judge)
-    assert isinstance(getattr(plugin, "QUANTITY", None), (Quantity, type(None)))
+    assert all(isinstance(quantity, Quantity) for quantity in plugin.QUANTITIES)
     folder = package.rsplit(".", 1)[1].split("_", 1)[1]
     assert list((FIXTURES / folder).glob("*.py")), f"no fixtures in fixtures/{folder}/"
 

@@ -90,7 +90,18 @@ def test_a_run_that_ignores_sigterm_keeps_its_measurements_and_says_where_it_hun
     assert run.timed_out and run.outcome == {"exit": "timeout"} and run.raw["partial"]
     verdict = run.verified[0].judgement
     assert verdict.verdict == CONFIRMED and verdict.numbers["hits"] == 5
-    assert run.stuck_at == "ignores_sigterm.py:19 in wait_for_data"
+    assert (run.stopped_at, run.stuck) == ("ignores_sigterm.py:19 in wait_for_data", True)
+
+
+def test_a_run_still_computing_at_the_timeout_is_running_not_stuck():
+    from memlint.verify.report import format_text
+
+    path = str(DATA / "busy_at_timeout.py")
+    run = verify_script(path, probe_findings(path),
+                        Options(device="cpu", timeout=4, min_bytes=1024))
+    assert run.timed_out and not run.stuck
+    assert run.stopped_at is not None and run.stopped_at.startswith("busy_at_timeout.py:1")
+    assert f"running at {run.stopped_at} when the timeout hit" in format_text([run], [])
 
 
 def test_a_killed_run_keeps_what_it_measured():
@@ -107,7 +118,7 @@ def test_timeout_kills_the_whole_process_group_and_keeps_the_measurements(tmp_pa
     assert run.timed_out
     assert run.outcome == {"exit": "timeout"}  # the child wrote its results on SIGTERM
     assert run.verified[0].judgement.numbers["hits"] > 0
-    assert run.stuck_at == "sleeps_with_worker.py:21 in <module>"
+    assert (run.stopped_at, run.stuck) == ("sleeps_with_worker.py:21 in <module>", True)
     worker = int(pid_file.read_text())
     assert wait_until_gone([worker]), f"worker {worker} outlived the timeout"
 
@@ -131,6 +142,18 @@ def test_a_loss_kept_after_backward_is_confirmed_by_the_graph_it_keeps_on_the_ho
     assert kept.verdict == CONFIRMED and kept.numbers["graph_nodes_per_execution"] == 7
     assert "autograd graph nodes kept alive per iteration on the host" in kept.measured
     assert number.verdict == NOT_CONFIRMED and number.numbers["graph_nodes_per_execution"] == 0
+
+
+def test_one_rank_asked_for_runs_under_torchrun_too():
+    """`--nproc-per-node 1`: a script that reads RANK finds it (torchrun sets it),
+    where a plain run would die."""
+    from memlint.verify.runner import verify_ranks
+    path = str(DATA / "reads_rank.py")
+    runs = verify_ranks(path, probe_findings(path),
+                        Options(device="cpu", timeout=120, min_bytes=1024, nproc_per_node=1))
+    assert [run.path for run in runs] == [f"{path} [rank 0]"]
+    assert runs[0].outcome == {"exit": "completed"}, runs[0].log_tail
+    assert runs[0].verified[0].judgement.numbers["created_bytes_max"] == 1024 * 256 * 4
 
 
 def test_ranks_under_torchrun_are_each_measured_and_reported():

@@ -42,6 +42,20 @@ def test_a_fix_is_measured_in_a_second_run_and_the_file_is_untouched():
     assert "activations saved for backward in one call" in format_text([comparison])
 
 
+def test_a_fix_confirmed_on_host_graph_nodes_is_compared_in_graph_nodes():
+    """A running sum of losses after backward keeps graph nodes on the host, not
+    device bytes: its fix is measured in what the finding was confirmed on."""
+    path = str(DATA / "fix_host_graph.py")
+    findings, _ = check_file(path, Settings())
+    assert [f.code for f in findings] == ["MEM003"]
+    comparison = compare_fixes(path, findings, Options(device="cpu", seed=0), unsafe=True)
+    assert comparison.before.verified[0].judgement.numbers["confirmed_on"] == "host"
+    effect, = comparison.effects
+    assert (effect.what, effect.unit) == ("autograd graph nodes kept per iteration", "graph nodes")
+    assert effect.before >= 1 and effect.after == 0
+    assert f"-> 0 graph nodes (saved {effect.before:.0f} graph nodes)" in format_text([comparison])
+
+
 def test_the_cli_reports_both_runs_in_text_and_json(monkeypatch, capsys, tmp_path):
     """The whole `verify --fix` command, on the CPU (the CUDA check stubbed out)."""
     import json

@@ -78,7 +78,8 @@ def test_a_run_stuck_in_a_dataloader_keeps_its_verdicts_and_says_where():
     assert run.timed_out
     verdict = run.verified[0].judgement
     assert verdict.verdict == CONFIRMED and verdict.numbers["allocated_delta_max"] == 64 * MiB
-    assert run.stuck_at is not None and run.stuck_at.startswith("gpu_stuck_loader.py:22")
+    assert run.stuck and run.stopped_at is not None \
+        and run.stopped_at.startswith("gpu_stuck_loader.py:22")
 
 
 def test_each_rank_of_a_torchrun_job_is_measured_on_its_gpu():

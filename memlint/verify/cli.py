@@ -54,10 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plot", metavar="OUT.png",
                         help="draw device memory over the run with the flagged lines marked "
                              "(with --nproc-per-node: one line per GPU, all ranks together)")
-    parser.add_argument("--nproc-per-node", type=int, default=1, metavar="N",
-                        help="run the script as N ranks under torchrun (PyTorch's launcher, "
-                             "--standalone) and report each rank's verdicts and account, and "
-                             "what every rank held on each GPU")
+    parser.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                        help="run the script as N ranks (1 included) under torchrun (PyTorch's "
+                             "launcher, --standalone) and report each rank's verdicts and "
+                             "account, and what every rank held on each GPU")
     parser.add_argument("--fix", action="store_true",
                         help="also run the script with its safe fixes applied (in memory; the "
                              "file is not written) and report what each fix saved, measured")
@@ -114,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"memlint verify: {error}", file=sys.stderr)
         return 2
-    if options.nproc_per_node < 1:
+    if options.nproc_per_node is not None and options.nproc_per_node < 1:
         print("memlint verify: --nproc-per-node must be 1 or more", file=sys.stderr)
         return 2
-    if options.nproc_per_node > 1 and options.fix:
+    if options.nproc_per_node is not None and options.fix:
         print("memlint verify: --fix with --nproc-per-node is not supported yet; "
               "measure the fixes on one process", file=sys.stderr)
         return 2

@@ -50,7 +50,7 @@ class FixEffect:
             return text
         if self.unit == "GB/s":
             return text + (f" ({self.after / self.before:.1f}x faster)" if self.before else "")
-        return text + f" (saved {human_bytes(self.saved)})"
+        return text + f" (saved {_amount(self.saved, self.unit)})"
 
     def to_dict(self) -> dict:
         return {"code": self.finding.code, "line": self.finding.line,
@@ -79,13 +79,20 @@ class FixComparison:
 def _amount(value: float | None, unit: str) -> str:
     if value is None:
         return "not measured"
-    return f"{value:.1f} GB/s" if unit == "GB/s" else human_bytes(value)
+    if unit == "bytes":
+        return human_bytes(value)
+    return f"{value:.1f} {unit}" if unit == "GB/s" else f"{value:.0f} {unit}"
 
 
-def _quantity(code: str) -> Quantity | None:
-    """What the rule's fix changes, from its `verify.py` (None: no number to compare)."""
-    quantity: Quantity | None = getattr(rule_verify(code), "QUANTITY", None)
-    return quantity
+def _quantities(code: str) -> tuple[Quantity, ...]:
+    """What the rule's fix can change, from its `verify.py` (empty: no number to compare)."""
+    quantities: tuple[Quantity, ...] = rule_verify(code).QUANTITIES
+    return quantities
+
+
+def _quantity(code: str, numbers: dict) -> Quantity | None:
+    """The quantity the finding was confirmed on in the run as written."""
+    return next((q for q in _quantities(code) if q.applies(numbers)), None)
 
 
 def line_map(before: str, after: str) -> Callable[[int], int]:
@@ -116,15 +123,17 @@ def compare_fixes(path: str, findings: list[Finding], options: Options,
         return FixComparison(path, before, None, [], "no fix applies to its findings" + (
             "" if unsafe else " (unsafe fixes need --unsafe-fixes)"))
     where = line_map(text, result.text)
-    fixed = [f for f in result.fixed if _quantity(f.code) is not None]
+    fixed = [f for f in result.fixed if _quantities(f.code)]
     moved = [replace(f, line=where(f.line), end_line=where(f.end_line), fix=None)
              for f in fixed]
     after = verify_script(path, moved, options, source=result.text)
     by_line = {(v.finding.code, v.finding.line): v for v in after.verified}
     effects = []
     for finding, moved_finding in zip(fixed, moved):
-        quantity = _quantity(finding.code)
         before_numbers = _numbers(before.verified, finding)
+        quantity = _quantity(finding.code, before_numbers)
+        if quantity is None:
+            continue
         after_verified = by_line.get((finding.code, moved_finding.line))
         effects.append(FixEffect(
             finding, moved_finding.line, finding.fix.applicability, quantity.what,

@@ -50,8 +50,11 @@ class Quantity:
 
     what: str
     read: Callable[[dict], float | None]
-    unit: str  # "bytes" or "GB/s"
+    unit: str  # "bytes", "GB/s" or "graph nodes"
     lower_is_better: bool = True
+    #: whether this is the quantity a run's finding was confirmed on (a rule
+    #: confirmed on host graph nodes compares nodes, not device bytes)
+    applies: Callable[[dict], bool] = lambda numbers: True
 
 
 def human_bytes(size: float) -> str:
@@ -107,8 +110,10 @@ def judge_growth(record: dict, facts: RunFacts) -> Judgement:
     what = "+" + what if per_step >= 0 else what
     host = host_graph_growth(record, numbers)
     if growth >= facts.min_bytes and steady >= STEADY_SHARE:
+        numbers["confirmed_on"] = "device"
         return Judgement(CONFIRMED, what + (f"; {host}" if host else ""), numbers)
     if host:
+        numbers["confirmed_on"] = "host"
         return Judgement(CONFIRMED, f"{host}; on the device {what}", numbers)
     if growth >= facts.min_bytes:
         return Judgement(NOT_CONFIRMED, f"{what}, but not steadily (grew in "
@@ -170,7 +175,8 @@ def host_graph_growth(record: dict, numbers: dict) -> str:
 
 def rule_verify(code: str) -> ModuleType:
     """The rule's `verify.py`: its `METER` (a class in meters.py), `judge`, and
-    `QUANTITY` (what its fix changes; absent where a fix changes no number)."""
+    `QUANTITIES` (what its fix changes, the first that applies to the run as
+    written; empty where a fix changes no number)."""
     return importlib.import_module(f"{PACKAGES_BY_CODE[code]}.verify")
 
 

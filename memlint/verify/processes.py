@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+from typing import NamedTuple
 
 GRACE_SECONDS = 10.0
 
@@ -64,14 +65,36 @@ def kill_group(pgid: int) -> None:
 
 #: how long the child gets to write its Python stacks after SIGUSR1
 STACK_DUMP_SECONDS = 0.5
+#: the window, at the timeout, over which a run that used no CPU and kept the
+#: same stack is called stuck rather than still running
+STILL_SECONDS = 1.0
+#: below this share of one CPU over that window the main process did no work
+_IDLE_CPU_SHARE = 0.05
+
+
+class ChildEnd(NamedTuple):
+    status: int | None
+    timed_out: bool
+    #: at the timeout, whether the main process was still computing (CPU time
+    #: over STILL_SECONDS); None where the run ended by itself or it cannot be read
+    busy: bool | None = None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of one process so far (Linux /proc), else None."""
+    user, system = _stat_field(pid, 11), _stat_field(pid, 12)
+    if user is None or system is None:
+        return None
+    return (user + system) / os.sysconf("SC_CLK_TCK")
 
 
 def run_child(command: list[str], timeout: float, env: dict, log_path: str,
-              on_start=None, stack_path: str | None = None) -> tuple[int | None, bool]:
-    """Run `command` in a new session; returns (exit status, timed out).
+              on_start=None, stack_path: str | None = None) -> ChildEnd:
+    """Run `command` in a new session and wait for it or the timeout.
 
     On timeout, a child that has set up `stack_path` (its first line written)
-    is first asked for its Python stacks (SIGUSR1), then to stop (SIGTERM).
+    is asked for its Python stacks twice (SIGUSR1), STILL_SECONDS apart, while
+    its CPU time is read, then to stop (SIGTERM).
     The whole process group is killed on the way out, so no worker outlives
     the run."""
     with open(log_path, "wb") as log:
@@ -79,15 +102,14 @@ def run_child(command: list[str], timeout: float, env: dict, log_path: str,
                                  start_new_session=True)
         if on_start is not None:
             on_start(child.pid)
-        timed_out = False
+        timed_out, busy = False, None
         try:
             child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             if stack_path is not None and os.path.exists(stack_path) \
                     and os.path.getsize(stack_path) > 0:
-                child.send_signal(signal.SIGUSR1)
-                time.sleep(STACK_DUMP_SECONDS)
+                busy = _dump_stacks_twice(child)
             try:
                 child.send_signal(signal.SIGTERM)
                 child.wait(timeout=GRACE_SECONDS)
@@ -96,7 +118,21 @@ def run_child(command: list[str], timeout: float, env: dict, log_path: str,
         finally:
             kill_group(child.pid)
             child.wait()
-    return child.returncode, timed_out
+    return ChildEnd(child.returncode, timed_out, busy)
+
+
+def _dump_stacks_twice(child: subprocess.Popen) -> bool | None:
+    """Ask for the child's stacks at the start and the end of STILL_SECONDS;
+    whether it spent CPU time in between."""
+    before = cpu_seconds(child.pid)
+    child.send_signal(signal.SIGUSR1)
+    time.sleep(STILL_SECONDS)
+    after = cpu_seconds(child.pid)
+    child.send_signal(signal.SIGUSR1)
+    time.sleep(STACK_DUMP_SECONDS)
+    if before is None or after is None:
+        return None
+    return after - before >= _IDLE_CPU_SHARE * STILL_SECONDS
 
 
 class ContextWatcher:
@@ -200,9 +236,12 @@ class ContextWatcher:
         if self._thread is not None:
             self._thread.join(timeout=15)
         main = self.session
+        # main_process_bytes: all the main process holds (NVML), context included;
+        # other_processes: every other process of the run (DataLoader workers and
+        # whatever multiprocessing starts beside them: a forkserver, a resource tracker)
         return {"source": self.source, "main_pid": main,
-                "main_context_bytes": self.memory_by_pid.get(main, 0),
-                "worker_processes": len(self.session_pids - {main}),
+                "main_process_bytes": self.memory_by_pid.get(main, 0),
+                "other_processes": len(self.session_pids - {main}),
                 "worker_context_bytes": {str(pid): used for pid, used in
                                          sorted(self.memory_by_pid.items()) if pid != main},
                 "foreign_bytes": self.foreign_max,

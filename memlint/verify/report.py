@@ -7,13 +7,24 @@ import os
 
 from memlint.verify.account import account_rows, gpu_rows
 from memlint.verify.judges import human_bytes
+from memlint.verify.processes import STILL_SECONDS
 from memlint.verify.runner import ScriptRun
+
+
+def _where_stopped(run: ScriptRun) -> str:
+    """What the timeout found: a run still working, or one stuck."""
+    if run.stopped_at is None:
+        return ""
+    if run.stuck:
+        return f", stuck at {run.stopped_at} (no CPU used and the same stack for " \
+               f"{STILL_SECONDS:.0f} s)"
+    return f", running at {run.stopped_at} when the timeout hit"
 
 
 def _outcome_line(run: ScriptRun) -> str:
     outcome = run.outcome
     took = f" after {run.run_seconds:.1f} s" if run.run_seconds is not None else ""
-    stuck = f", stuck at {run.stuck_at}" if run.stuck_at else ""
+    stuck = _where_stopped(run)
     kept = " (verdicts from what was measured before)" if (run.raw or {}).get("partial") else ""
     if run.timed_out or outcome.get("exit") == "timeout":
         return f"stopped by --timeout{took}{stuck}{kept}"
@@ -117,7 +128,7 @@ def _account_data(run: ScriptRun) -> dict | None:
 def as_data(runs: list[ScriptRun], skipped: list[str]) -> dict:
     return {"scripts": [{"path": run.path, "outcome": run.outcome,
                          "run_seconds": run.run_seconds, "timed_out": run.timed_out,
-                         "stuck_at": run.stuck_at,
+                         "stopped_at": run.stopped_at, "stuck": run.stuck,
                          "account": _account_data(run),
                          "partial": bool((run.raw or {}).get("partial")),
                          "peak_allocated": (run.raw or {}).get("peak_allocated"),

@@ -32,7 +32,9 @@ class Options:
     timeline: bool = False
     python: str = sys.executable
     seed: int | None = None  #: seeds random, numpy and torch in the child when set
-    nproc_per_node: int = 1  #: above 1: the script runs under torchrun, one child per rank
+    #: None: the script runs as a plain child; N (1 included): under torchrun, one
+    #: child per rank, so that a script reading RANK or LOCAL_RANK finds them
+    nproc_per_node: int | None = None
 
 
 @dataclass
@@ -56,7 +58,11 @@ class ScriptRun:
     timed_out: bool = False
     raw: dict | None = None  #: the child's whole result (measurements, timeline)
     log_tail: str = ""
-    stuck_at: str | None = None  #: where a stopped run's main thread was in the script
+    #: where a run stopped by the timeout was in the script (`train.py:42 in step`)
+    stopped_at: str | None = None
+    #: whether it was stuck there (no CPU used and the same stack over a second)
+    #: rather than still running
+    stuck: bool = False
 
     @property
     def confirmed(self) -> int:
@@ -97,16 +103,16 @@ def verify_script(path: str, findings: list[Finding], options: Options,
                   source: str | None = None) -> ScriptRun:
     """Run one script with probes on `findings` and judge each of them;
     `source` (a fixed text) runs in the file's place, the file untouched.
-    With `nproc_per_node` above 1 this is rank 0's run; `verify_ranks` gives all."""
+    Under torchrun this is rank 0's run; `verify_ranks` gives all."""
     return verify_ranks(path, findings, options, source)[0]
 
 
 def verify_ranks(path: str, findings: list[Finding], options: Options,
                  source: str | None = None) -> list[ScriptRun]:
     """One ScriptRun per rank: a single one for a plain run; under torchrun
-    (`nproc_per_node` > 1), each rank's verdicts from its own measurements."""
+    (`nproc_per_node` given), each rank's verdicts from its own measurements."""
     ranks = options.nproc_per_node
-    if ranks <= 1:
+    if ranks is None:
         return [_verify_one(path, findings, options, source)]
     return _verify_launched(path, findings, options, source, ranks)
 
@@ -121,21 +127,22 @@ class _Launched(NamedTuple):
     result_path: str  #: rank r writes `<result_path>.rank<r>` under torchrun
     stack_path: str
     hits_path: str
+    busy: bool | None = None  #: at the timeout: still computing (see processes.ChildEnd)
 
 
 def _launch(work: str, path: str, findings: list[Finding], options: Options,
-            source: str | None, ranks: int = 1) -> _Launched:
+            source: str | None, ranks: int | None = None) -> _Launched:
     """Write the child's spec into `work`, run it (under torchrun with one
-    child per rank when `ranks` > 1) with the GPU's processes watched, and
+    child per rank when `ranks` is given) with the GPU's processes watched, and
     wait for it or the timeout."""
     result_path, hits_path, stack_path, spec_path, log_path = (
         os.path.join(work, name) for name in
         ("result.json", "worker-hits.txt", "stacks.txt", "spec.json", "child.log"))
     spec = {"script": os.path.abspath(path), "source": source, "args": list(options.args),
-            "stack_path": stack_path, "ranks": ranks if ranks > 1 else None,
+            "stack_path": stack_path, "ranks": ranks,
             "device": options.device, "seed": options.seed, "result_path": result_path,
             "hits_path": hits_path, "timeline": options.timeline,
-            "snapshot": os.path.abspath(options.snapshot) if options.snapshot and ranks == 1
+            "snapshot": os.path.abspath(options.snapshot) if options.snapshot and ranks is None
             else None,
             "findings": [{"id": i, "line": f.line, "code": f.code}
                          for i, f in enumerate(findings)]}
@@ -143,15 +150,16 @@ def _launch(work: str, path: str, findings: list[Finding], options: Options,
         json.dump(spec, handle)
     # every run on a GPU: the account's other processes (workers, ranks, not ours)
     watcher = ContextWatcher() if options.device.startswith("cuda") else None
-    launcher = _launcher(ranks) if ranks > 1 else []
-    status, timed_out = run_child(
+    launcher = _launcher(ranks) if ranks is not None else []
+    ended = run_child(
         [options.python, *launcher, "-m", "memlint.verify.child", spec_path], options.timeout,
         _child_env(), log_path, on_start=watcher.start if watcher else None,
-        stack_path=stack_path if ranks == 1 else None)  # torchrun's agent has no handler
+        stack_path=stack_path if ranks is None else None)  # torchrun's agent has no handler
     contexts = watcher.stop() if watcher else None
     with open(log_path, encoding="utf-8", errors="replace") as handle:
         log_tail = "".join(handle.readlines()[-15:])
-    return _Launched(status, timed_out, contexts, log_tail, result_path, stack_path, hits_path)
+    return _Launched(ended.status, ended.timed_out, contexts, log_tail, result_path, stack_path,
+                     hits_path, ended.busy)
 
 
 def _measured(result_path: str, launched: _Launched) -> dict | None:
@@ -166,10 +174,11 @@ def _measured(result_path: str, launched: _Launched) -> dict | None:
 
 
 def _unmeasured(label: str, findings: list[Finding], launched: _Launched, why: str,
-                stuck_at: str | None) -> ScriptRun:
+                stop: Stop) -> ScriptRun:
     verified = [Verified(f, Judgement(ERROR, why)) for f in findings]
     return ScriptRun(label, verified, {"exit": "died", "status": launched.status},
-                     timed_out=launched.timed_out, log_tail=launched.log_tail, stuck_at=stuck_at)
+                     timed_out=launched.timed_out, log_tail=launched.log_tail,
+                     stopped_at=stop.line, stuck=stop.stuck)
 
 
 def _verify_one(path: str, findings: list[Finding], options: Options,
@@ -177,21 +186,21 @@ def _verify_one(path: str, findings: list[Finding], options: Options,
     with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
         launched = _launch(work, path, findings, options, source)
         raw = _measured(launched.result_path, launched)
-        stuck_at = stuck_line(launched.stack_path, os.path.abspath(path)) \
-            if launched.timed_out else None
+        stop = where_stopped(launched.stack_path, os.path.abspath(path), launched.busy) \
+            if launched.timed_out else NOT_STOPPED
         worker_hits = _read_worker_hits(launched.hits_path)
     if raw is None:
         why = "stopped by --timeout before it could report" if launched.timed_out else \
             f"the child process died (exit status {launched.status}) before it could report"
         last = launched.log_tail.strip().splitlines()[-1:] or [""]
-        return _unmeasured(path, findings, launched, f"{why}; {last[0]}".rstrip("; "), stuck_at)
+        return _unmeasured(path, findings, launched, f"{why}; {last[0]}".rstrip("; "), stop)
     if launched.contexts is not None:
         raw["contexts"] = launched.contexts
     raw["worker_hits"] = {str(k): v for k, v in worker_hits.items()}
     return ScriptRun(path, judge_run(raw, findings, options.min_bytes, options.device,
                                      worker_hits),
                      raw["outcome"], raw.get("run_seconds"), launched.timed_out, raw,
-                     launched.log_tail, stuck_at)
+                     launched.log_tail, stop.line, stop.stuck)
 
 
 def _launcher(ranks: int) -> list[str]:
@@ -207,13 +216,13 @@ def _verify_launched(path: str, findings: list[Finding], options: Options,
         for rank in range(ranks):
             label = f"{path} [rank {rank}]"
             raw = _measured(f"{launched.result_path}.rank{rank}", launched)
-            stuck = stuck_line(f"{launched.stack_path}.rank{rank}", os.path.abspath(path)) \
-                if launched.timed_out else None
+            stop = where_stopped(f"{launched.stack_path}.rank{rank}", os.path.abspath(path),
+                                 None) if launched.timed_out else NOT_STOPPED
             if raw is None:
                 why = "stopped by --timeout before it could report" if launched.timed_out \
                     else f"rank {rank} died before it could report (launcher exit status " \
                          f"{launched.status})"
-                runs.append(_unmeasured(label, findings, launched, why, stuck))
+                runs.append(_unmeasured(label, findings, launched, why, stop))
                 continue
             raw["rank"] = rank
             if launched.contexts is not None:
@@ -221,7 +230,7 @@ def _verify_launched(path: str, findings: list[Finding], options: Options,
             runs.append(ScriptRun(label, judge_run(raw, findings, options.min_bytes,
                                                    raw.get("device") or options.device, {}),
                                   raw["outcome"], raw.get("run_seconds"), launched.timed_out,
-                                  raw, launched.log_tail, stuck))
+                                  raw, launched.log_tail, stop.line, stop.stuck))
         return runs
 
 
@@ -232,26 +241,51 @@ def _read_json(path: str) -> dict | None:
         return json.load(handle)
 
 
-def stuck_line(stack_path: str, script: str) -> str | None:
-    """Where the script's main thread was when it was stopped: the innermost
-    frame in the script itself (`train.py:42 in load_batch`), from the stacks
-    the child dumped on SIGUSR1; None when there is no dump."""
+class Stop(NamedTuple):
+    """Where a run stopped by the timeout was in the script, and whether stuck there."""
+
+    line: str | None
+    stuck: bool = False
+
+
+NOT_STOPPED = Stop(None)
+
+
+def where_stopped(stack_path: str, script: str, busy: bool | None) -> Stop:
+    """The innermost frame of the script itself in the main thread's last stack
+    (`train.py:42 in load_batch`), from the dumps the child wrote on SIGUSR1;
+    stuck when the process used no CPU between the two dumps and its main
+    thread's whole stack did not change (`busy` is None where CPU time cannot
+    be read: the stacks alone decide then)."""
     if not os.path.exists(stack_path):
-        return None
+        return NOT_STOPPED
     with open(stack_path, encoding="utf-8", errors="replace") as handle:
         lines = handle.read().splitlines()
     if not lines or not lines[0].startswith("main thread "):
-        return None
-    main = lines[0].split()[-1].lower()
+        return NOT_STOPPED
+    stacks = _main_thread_stacks(lines[1:], lines[0].split()[-1].lower())
+    if not stacks:
+        return NOT_STOPPED
+    here = next((f"{os.path.basename(script)}:{line} in {function}"
+                 for file, line, function in stacks[-1] if os.path.abspath(file) == script), None)
+    still = len(stacks) >= 2 and stacks[-1] == stacks[-2]
+    return Stop(here, still and busy is not True)
+
+
+def _main_thread_stacks(lines: list[str], main: str) -> list[list[tuple[str, str, str]]]:
+    """Each dump's frames of the main thread, innermost first."""
+    stacks: list[list[tuple[str, str, str]]] = []
     in_main = False
-    for line in lines[1:]:
+    for line in lines:
         if line.startswith(("Thread ", "Current thread ")):
             in_main = main in line.lower()
+            if in_main:
+                stacks.append([])
             continue
         match = _FRAME.match(line)
-        if in_main and match and os.path.abspath(match["file"]) == script:
-            return f"{os.path.basename(script)}:{match['line']} in {match['function']}"
-    return None
+        if in_main and match:
+            stacks[-1].append((match["file"], match["line"], match["function"]))
+    return stacks
 
 
 _FRAME = re.compile(r'\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)')

@@ -36,4 +36,4 @@ def _bytes_put(numbers: dict) -> float | None:
     return max(numbers["allocated_delta_max"], numbers["created_bytes_max"])
 
 
-QUANTITY = Quantity("put on the GPU by the statement", _bytes_put, "bytes")
+QUANTITIES = (Quantity("put on the GPU by the statement", _bytes_put, "bytes"),)

@@ -23,7 +23,7 @@ def judge(record: dict, facts: RunFacts) -> Judgement:
     fork_errors = [e for e in facts.worker_errors if _FORK_ERROR in e]
     numbers = {"worker_errors": len(facts.worker_errors), "worker_contexts": len(workers),
                "worker_context_bytes": workers,
-               "main_context_bytes": contexts.get("main_context_bytes", 0),
+               "main_process_bytes": contexts.get("main_process_bytes", 0),
                "hits_in_main": record["hits"], "hits_in_workers": facts.worker_hits,
                "source": contexts.get("source")}
     if workers:
@@ -47,3 +47,7 @@ def judge(record: dict, facts: RunFacts) -> Judgement:
                          "(no worker processes): no extra CUDA context measured", numbers)
     return Judgement(NOT_CONFIRMED, f"ran {times(facts.worker_hits)} in worker processes, "
                      "but no worker was seen holding a CUDA context", numbers)
+
+
+#: its fix changes no number `verify --fix` compares
+QUANTITIES = ()

@@ -14,4 +14,16 @@ def _per_iteration(numbers: dict) -> float | None:
     return numbers.get("per_execution_bytes")
 
 
-QUANTITY = Quantity("kept per iteration", _per_iteration, "bytes")
+def _graph_nodes_per_iteration(numbers: dict) -> float | None:
+    return numbers.get("graph_nodes_per_execution")
+
+
+def _confirmed_on_the_host(numbers: dict) -> bool:
+    """A loss kept after its backward: the device freed what the graph saved,
+    the graph's nodes stay on the host."""
+    return numbers.get("confirmed_on") == "host"
+
+
+QUANTITIES = (Quantity("autograd graph nodes kept per iteration", _graph_nodes_per_iteration,
+                       "graph nodes", applies=_confirmed_on_the_host),
+              Quantity("kept per iteration", _per_iteration, "bytes"))

@@ -38,5 +38,5 @@ def _saved_for_backward(numbers: dict) -> float | None:
     return numbers.get("activation_bytes_max", 0)
 
 
-QUANTITY = Quantity("activations saved for backward in one call", _saved_for_backward,
-                    "bytes")
+QUANTITIES = (Quantity("activations saved for backward in one call", _saved_for_backward,
+                         "bytes"),)

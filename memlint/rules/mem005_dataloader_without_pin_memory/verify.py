@@ -52,5 +52,5 @@ def _copy_rate(numbers: dict) -> float | None:
     return sum(b["bytes"] for b in batches) / seconds / 1e9 if seconds > 0 else None
 
 
-QUANTITY = Quantity("batch copy to the GPU as loaded", _copy_rate, "GB/s",
-                    lower_is_better=False)
+QUANTITIES = (Quantity("batch copy to the GPU as loaded", _copy_rate, "GB/s",
+                         lower_is_better=False),)

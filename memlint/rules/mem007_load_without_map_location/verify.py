@@ -32,4 +32,4 @@ def _loaded_on_gpu(numbers: dict) -> float | None:
     return sum(loaded_on_gpu(loads).values())
 
 
-QUANTITY = Quantity("loaded onto the GPU", _loaded_on_gpu, "bytes")
+QUANTITIES = (Quantity("loaded onto the GPU", _loaded_on_gpu, "bytes"),)

@@ -14,4 +14,4 @@ def _per_iteration(numbers: dict) -> float | None:
     return numbers.get("per_execution_bytes")
 
 
-QUANTITY = Quantity("kept on the device per forward", _per_iteration, "bytes")
+QUANTITIES = (Quantity("kept on the device per forward", _per_iteration, "bytes"),)
