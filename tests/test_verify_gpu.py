@@ -53,6 +53,28 @@ def test_training_program():
     assert verdicts[29].verdict == CONFIRMED  # eval forward with autograd on
 
 
+#: the script run plainly, its allocator peaks printed at the end
+_PLAIN_PEAKS = ("import runpy, sys, torch; sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__'); "
+                "print('PEAKS', torch.cuda.max_memory_allocated(), "
+                "torch.cuda.max_memory_reserved())")
+
+
+@pytest.mark.parametrize("name, args", [
+    ("gpu_pageable_loader.py", ()), ("gpu_training.py", ("30",)),
+    ("gpu_whole_dataset.py", ()), ("gpu_predictions_kept.py", ())])
+def test_probes_leave_the_peaks_they_measure_as_they_are(name, args):
+    """Issue 28: a probe must not keep or copy what it looks at."""
+    path = str(DATA / name)
+    plain = subprocess.run([sys.executable, "-c", _PLAIN_PEAKS, path, *args],
+                           capture_output=True, text=True, timeout=300, check=True)
+    allocated, reserved = (int(n) for n in plain.stdout.split("PEAKS")[1].split())
+    run = verify_script(path, probe_findings(path), Options(args=list(args), timeout=180))
+    assert run.outcome == {"exit": "completed"}, run.log_tail
+    assert abs(run.raw["peak_allocated"] - allocated) <= MiB, (run.raw["peak_allocated"], allocated)
+    assert abs(run.raw["peak_reserved"] - reserved) <= MiB, (run.raw["peak_reserved"], reserved)
+
+
 def test_verify_fixtures_confirms_findings_and_exits_1():
     done = subprocess.run([sys.executable, "-m", "memlint.verify.cli", str(FIXTURES),
                            "--format", "json", "--timeout", "60"],

@@ -56,6 +56,24 @@ def test_the_account_rows_add_up_and_name_the_finding_behind_the_workers():
     assert "processes that are not the run's: 3.00 GiB" in text
 
 
+def test_a_peak_the_samples_missed_is_the_allocators_and_the_parts_agree():
+    """DCGAN under verify: NVML's 20 ms samples peaked at 1.06 GiB with 415.81 MiB
+    allocated, while the allocator's own peak was 2.62 GiB: the account says the
+    allocator's peak, and no part exceeds the whole."""
+    from memlint.verify.account import account_rows, peak_parts
+    main = {"pid": 7, "context_bytes": 518 * MiB, "peak_reserved": 2800 * MiB,
+            "peak_allocated": 2683 * MiB,
+            "at_peak": {"t": 9.0, "nvml": 1085 * MiB, "reserved": 456 * MiB,
+                        "allocated": 416 * MiB}}
+    parts = peak_parts(main)
+    assert parts["allocated"] == 2683 * MiB <= parts["reserved"] == 2800 * MiB
+    assert parts["other"] == (1085 - 518 - 456) * MiB
+    assert parts["total"] == parts["context"] + parts["reserved"] + parts["other"]
+    text = "\n".join(account_rows(main, None, {}))
+    assert "at its peak 3.35 GiB (NVML's largest sample: 1.06 GiB" in text
+    assert "PyTorch reserved            2.73 GiB   of which allocated 2.62 GiB" in text
+
+
 def test_a_rank_that_holds_memory_on_a_gpu_not_its_own_is_shown():
     """The "every rank makes a context on GPU 0" problem, as the account says it."""
     from memlint.verify.account import account_rows

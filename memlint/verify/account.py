@@ -3,11 +3,14 @@ nvidia-smi shows for each process goes.
 
 For the main process, a thread in the child samples, at the same instant,
 what NVML says the process uses on the device and what PyTorch has reserved
-and allocated there; the account is read at the sample where NVML's figure
-peaked: NVML total = CUDA context (NVML's largest figure before PyTorch's
-first reserve, before other libraries add their buffers) + PyTorch reserved (of
-which allocated) + the rest (other libraries' buffers: cuBLAS workspaces,
-NCCL, a second context). DataLoader workers and other processes of the run
+and allocated there. The peak is the allocator's own (`max_memory_reserved`,
+`max_memory_allocated`: exact, where 20 ms samples miss short spikes); the
+account at the peak = CUDA context (NVML's largest figure before PyTorch's
+first reserve, before other libraries add their buffers) + PyTorch's peak
+reserve (of which allocated) + the rest (other libraries' buffers: cuBLAS
+workspaces, NCCL, a second context: NVML minus context and reserve at NVML's
+largest sample). Every figure is checked before it is printed: allocated <=
+reserved <= process total. DataLoader workers and other processes of the run
 come from the parent's NVML watch of the child's session; processes on the
 device that are not the run's are shown apart.
 """
@@ -83,12 +86,25 @@ class AccountSampler:
         context = max(before) if before else max(used - reserved, 0)
         # two equal figures before the first reserve: the context was whole
         settled = len(before) >= 2 and before[-1] == before[-2]
+        exact_reserved, exact_allocated = self._allocator_peaks()
+        peak_reserved = max(exact_reserved, *(s[2] for s in self.samples))
+        peak_allocated = max(exact_allocated, *(s[3] for s in self.samples))
+        others = max(peak[1] - context - peak[2], 0)
         return {"pid": os.getpid(), "device": str(self.device), "context_bytes": context,
                 "context_settled": settled,
                 "at_peak": _row(peak), "at_exit": _row(last),
-                "peak_reserved": max(s[2] for s in self.samples),
-                "peak_allocated": max(s[3] for s in self.samples),
+                "peak_reserved": peak_reserved, "peak_allocated": peak_allocated,
+                "other_bytes": others,
+                "process_peak_bytes": max(peak[1], context + peak_reserved + others),
                 "timeline": [(round(t, 4), n, r) for t, n, r, _ in self.samples[::5]]}
+
+    def _allocator_peaks(self) -> tuple[int, int]:
+        """PyTorch's own peaks on the device so far (reserved, allocated)."""
+        torch = getattr(self, "torch", None)
+        if torch is None:
+            return 0, 0
+        return (torch.cuda.max_memory_reserved(self.device),
+                torch.cuda.max_memory_allocated(self.device))
 
 
 def _row(sample: tuple[float, int, int, int]) -> dict:
@@ -127,20 +143,7 @@ def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dic
     rows = []
     if main is not None:
         pid, device = main["pid"], main.get("device")
-        peak = main["at_peak"]
-        context = main.get("context_bytes") or 0
-        rest = peak["nvml"] - context - peak["reserved"]
-        rows.append(f"  main process (pid {main['pid']}), at its NVML peak "
-                    f"{human_bytes(peak['nvml'])} ({peak['t']:.1f} s into the run):")
-        settled = main.get("context_settled", True)
-        rows.append(f"    CUDA context            {human_bytes(context):>12}"
-                    + ("" if settled else "   at least: the script reserved memory before "
-                       "NVML saw the whole context, the rest is in \"other\""))
-        rows.append(f"    PyTorch reserved        {human_bytes(peak['reserved']):>12}"
-                    f"   of which allocated {human_bytes(peak['allocated'])}")
-        rows.append(f"    other (libraries)       {human_bytes(max(rest, 0)):>12}")
-        rows.append(f"    run's peaks: reserved {human_bytes(main['peak_reserved'])}, "
-                    f"allocated {human_bytes(main['peak_allocated'])}")
+        rows.extend(_main_process_rows(main))
     elif pid is not None and device is not None:
         rows.append(f"  main process (pid {pid}): nothing on its own GPU, {device}")
     if pid is not None:
@@ -164,6 +167,37 @@ def account_rows(main: dict | None, contexts: dict | None, findings_by_code: dic
     if foreign:
         rows.append(f"  processes that are not the run's: {human_bytes(foreign)} on the device")
     return rows
+
+
+def peak_parts(main: dict) -> dict[str, int]:
+    """The main process at its peak, in parts that add up and never contradict
+    each other, by construction: allocated <= reserved (the allocator's peaks,
+    or a sample's where it saw more), context + reserved + other <= total
+    (NVML's largest sample, or those parts where the samples missed the peak)."""
+    context = main.get("context_bytes") or 0
+    sampled = main["at_peak"]
+    reserved = max(main.get("peak_reserved", 0), sampled["reserved"])
+    allocated = min(max(main.get("peak_allocated", 0), sampled["allocated"]), reserved)
+    others = main.get("other_bytes", max(sampled["nvml"] - context - sampled["reserved"], 0))
+    total = max(main.get("process_peak_bytes", 0), sampled["nvml"], context + reserved + others)
+    return {"context": context, "reserved": reserved, "allocated": allocated,
+            "other": others, "total": total}
+
+
+def _main_process_rows(main: dict) -> list[str]:
+    parts = peak_parts(main)
+    sampled = main["at_peak"]
+    settled = main.get("context_settled", True)
+    return [
+        f"  main process (pid {main['pid']}), at its peak {human_bytes(parts['total'])} "
+        f"(NVML's largest sample: {human_bytes(sampled['nvml'])}, {sampled['t']:.1f} s "
+        "into the run):",
+        f"    CUDA context            {human_bytes(parts['context']):>12}"
+        + ("" if settled else "   at least: the script reserved memory before "
+           "NVML saw the whole context, the rest is in \"other\""),
+        f"    PyTorch reserved        {human_bytes(parts['reserved']):>12}"
+        f"   of which allocated {human_bytes(parts['allocated'])} (the allocator's peaks)",
+        f"    other (libraries)       {human_bytes(parts['other']):>12}"]
 
 
 def gpu_rows(contexts: dict | None, ranks_by_pid: dict[str, int],

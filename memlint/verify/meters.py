@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import weakref
 from typing import Any, Callable
 
@@ -405,23 +404,16 @@ class LoaderCopyMeter(Meter):
                   "already_pinned": all(t.is_pinned() for t in tensors) if tensors else False}
         if not tensors or not self.device.is_cuda:
             return record
-        target = self.device.torch_device
+        from memlint.verify.raw_copies import copy_seconds
+
         pageable = [t.clone() if t.is_pinned() else t for t in tensors]
         pinned = [t.pin_memory() for t in tensors]
-
-        def copy_time(sources, non_blocking: bool) -> float:
-            best = float("inf")
-            for _ in range(self.REPEATS + 1):  # the first one warms up
-                self.device.synchronize()
-                start = time.perf_counter()
-                copies = [t.to(target, non_blocking=non_blocking) for t in sources]
-                self.device.synchronize()
-                best = min(best, time.perf_counter() - start)
-                del copies
-            return best
-
-        record["pageable_seconds"] = copy_time(pageable, False)
-        record["pinned_seconds"] = copy_time(pinned, True)
+        pageable_seconds = copy_seconds(pageable, self.REPEATS)
+        pinned_seconds = copy_seconds(pinned, self.REPEATS)
+        if pageable_seconds is None or pinned_seconds is None:
+            record["untimed"] = "the CUDA runtime library could not be reached"
+        else:
+            record["pageable_seconds"], record["pinned_seconds"] = pageable_seconds, pinned_seconds
         return record
 
     def result(self) -> dict:

@@ -24,7 +24,9 @@ def judge(record: dict, facts: RunFacts) -> Judgement:
     if record["hits"] == 0:
         return Judgement(NOT_REACHED, "the DataLoader was never built", numbers)
     if not batches:
+        untimed = next((b["untimed"] for b in record.get("batches", []) if "untimed" in b), None)
         why = "no copy was timed: no CUDA device" if not facts.device.startswith("cuda") \
+            else f"no copy was timed: {untimed}" if untimed \
             else "no batch with CPU tensors came out of the loader, nothing to copy"
         return Judgement(NOT_CONFIRMED, why, numbers)
     pageable = sum(b["pageable_seconds"] for b in batches)
