@@ -86,7 +86,7 @@ def test_a_run_that_ignores_sigterm_keeps_its_measurements_and_says_where_it_hun
     monkeypatch.setattr(processes, "GRACE_SECONDS", 1.0)
     path = str(DATA / "ignores_sigterm.py")
     run = verify_script(path, probe_findings(path),
-                        Options(device="cpu", timeout=4, min_bytes=1024))
+                        Options(device="cpu", timeout=8, min_bytes=1024))
     assert run.timed_out and run.outcome == {"exit": "timeout"} and run.raw["partial"]
     verdict = run.verified[0].judgement
     assert verdict.verdict == CONFIRMED and verdict.numbers["hits"] == 5
@@ -98,7 +98,7 @@ def test_a_run_still_computing_at_the_timeout_is_running_not_stuck():
 
     path = str(DATA / "busy_at_timeout.py")
     run = verify_script(path, probe_findings(path),
-                        Options(device="cpu", timeout=4, min_bytes=1024))
+                        Options(device="cpu", timeout=8, min_bytes=1024))
     assert run.timed_out and not run.stuck
     assert run.stopped_at is not None and run.stopped_at.startswith("busy_at_timeout.py:1")
     assert f"running at {run.stopped_at} when the timeout hit" in format_text([run], [])

@@ -1,12 +1,14 @@
 """The memory account of a verify run: where the device memory that
 nvidia-smi shows for each process goes.
 
-For the main process, a thread in the child samples, at the same instant,
+The CUDA context is measured before the run, in a probe process that makes
+its context and allocates nothing (verify/context_probe.py): the same way
+every time. For the main process, a thread in the child samples, at the same instant,
 what NVML says the process uses on the device and what PyTorch has reserved
 and allocated there. The peak is the allocator's own (`max_memory_reserved`,
 `max_memory_allocated`: exact, where 20 ms samples miss short spikes); the
-account at the peak = CUDA context (NVML's largest figure before PyTorch's
-first reserve, before other libraries add their buffers) + PyTorch's peak
+account at the peak = CUDA context (the probe's figure; where it could not be
+measured, NVML's largest figure before PyTorch's first reserve) + PyTorch's peak
 reserve (of which allocated) + the rest (other libraries' buffers: cuBLAS
 workspaces, NCCL, a second context: NVML minus context and reserve at NVML's
 largest sample). Every figure is checked before it is printed: allocated <=
@@ -28,12 +30,16 @@ class AccountSampler:
     """In the child: NVML's figure for this process beside PyTorch's reserved
     and allocated bytes, sampled together every `interval` seconds."""
 
-    def __init__(self, torch_device, interval: float = 0.02) -> None:
+    def __init__(self, torch_device, context: int | None = None,
+                 interval: float = 0.02) -> None:
         import torch
 
         self.torch = torch
         self.device = torch_device
         self.interval = interval
+        #: the context's size, measured beforehand in a probe process
+        #: (verify/context_probe.py); None: estimated from the samples
+        self.context = context
         self.query = _own_usage_query(torch_device.index or 0)
         self.start = time.perf_counter()
         self.samples: list[tuple[float, int, int, int]] = []  # t, nvml, reserved, allocated
@@ -86,6 +92,9 @@ class AccountSampler:
         context = max(before) if before else max(used - reserved, 0)
         # two equal figures before the first reserve: the context was whole
         settled = len(before) >= 2 and before[-1] == before[-2]
+        measured = getattr(self, "context", None)
+        if measured is not None:
+            context, settled = measured, True
         exact_reserved, exact_allocated = self._allocator_peaks()
         peak_reserved = max(exact_reserved, *(s[2] for s in self.samples))
         peak_allocated = max(exact_allocated, *(s[3] for s in self.samples))

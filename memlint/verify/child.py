@@ -200,7 +200,7 @@ def run(spec: dict) -> dict:
     if device.is_cuda:
         from memlint.verify.account import AccountSampler
 
-        sampler = AccountSampler(device.torch_device)
+        sampler = AccountSampler(device.torch_device, spec.get("context_bytes"))
         sampler.begin()
 
     statements = [{"key": s.key, "line": s.line, "end_line": s.end_line, "kind": s.kind,

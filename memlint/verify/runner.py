@@ -14,6 +14,7 @@ from typing import NamedTuple
 from memlint.engine import check_file, discover
 from memlint.finding import Finding
 from memlint.engine.settings import Settings
+from memlint.verify.context_probe import context_bytes
 from memlint.verify.instrument import is_runnable
 from memlint.verify.judges import CONFIRMED, ERROR, NOT_REACHED, Judgement, RunFacts, judge
 from memlint.verify.processes import ContextWatcher, run_child
@@ -142,6 +143,8 @@ def _launch(work: str, path: str, findings: list[Finding], options: Options,
             "stack_path": stack_path, "ranks": ranks,
             "device": options.device, "seed": options.seed, "result_path": result_path,
             "hits_path": hits_path, "timeline": options.timeline,
+            "context_bytes": context_bytes(options.device, options.python, _child_env())
+            if options.device.startswith("cuda") else None,
             "snapshot": os.path.abspath(options.snapshot) if options.snapshot and ranks is None
             else None,
             "findings": [{"id": i, "line": f.line, "code": f.code}
