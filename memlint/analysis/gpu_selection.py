@@ -212,10 +212,10 @@ def single_process_test(test: cst.BaseExpression) -> bool | None:
             return True if True in sides else False if False in sides else None
         return None
     if type(test) is cst.Call:
-        name = dotted_name(test.func) or ""
-        if _MAIN_PROCESS_CALLS.search(name.rsplit(".", 1)[-1]):
+        function_name = dotted_name(test.func) or ""
+        if _MAIN_PROCESS_CALLS.search(function_name.rsplit(".", 1)[-1]):
             return True
-        if name.rsplit(".", 1)[-1] == "is_initialized":
+        if function_name.rsplit(".", 1)[-1] == "is_initialized":
             return False
         return None
     name = dotted_name(test)
@@ -270,9 +270,14 @@ def in_single_process_arm(ctx: Context) -> bool:
 
 def _number_set(node: cst.BaseExpression) -> set[int] | None:
     """`0` -> {0}, `-1` -> {-1}, `(-1, 0)` / `[-1, 0]` -> {-1, 0}."""
-    if type(node) in (cst.Tuple, cst.List, cst.Set):
-        values = [_number_set(e.value) for e in node.elements]
-        return None if None in values else set().union(*values)
+    if type(node) is cst.Tuple or type(node) is cst.List or type(node) is cst.Set:
+        numbers: set[int] = set()
+        for element in node.elements:
+            part = _number_set(element.value)
+            if part is None:
+                return None
+            numbers |= part
+        return numbers
     if type(node) is cst.Integer:
         return {int(node.value)}
     if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus \

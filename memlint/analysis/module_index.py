@@ -76,7 +76,8 @@ class ModuleIndex:
         self.escaped: list[tuple[cst.BaseExpression, str | None]] = []
         self._stack: list[FunctionInfo | ClassInfo] = []
         self._grad_off_entries = 0
-        self._subclasses: dict = {}
+        #: per class name: (how many classes were known then, its subclasses)
+        self._subclasses: dict[str, tuple[int, list[ClassInfo]]] = {}
         self._grad_off_by_callers: set[FunctionInfo] | None = None
         self._sites_by_callee: dict[FunctionInfo, list[CallSite]] | None = None
 
@@ -148,6 +149,7 @@ class ModuleIndex:
 
     def _leave_function(self) -> None:
         info = self._stack.pop()
+        assert isinstance(info, FunctionInfo)  # a function's own entry, pushed by `_enter`
         if info.grad_off_decorator:
             self._grad_off_entries -= 1
 
@@ -280,7 +282,7 @@ class ModuleIndex:
         found: dict[FunctionInfo, int] = {}
         frontier = [entry]
         for level in range(depth + 1):
-            next_frontier = []
+            next_frontier: list[FunctionInfo] = []
             for function in frontier:
                 for unit in (function, *_lambdas_in(function)):
                     if unit in found:

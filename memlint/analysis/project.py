@@ -21,10 +21,13 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from memlint.analysis.source_lines import LINE_BREAK
 from memlint.finding import Finding, Related
+
+if TYPE_CHECKING:  # the context imports this module for ModuleFacts
+    from memlint.analysis.context import Context
 
 #: Words that show a file may put something on a CUDA device (in its lower-cased
 #: text: substring tests cost a fraction of one case-blind regular expression).
@@ -267,7 +270,7 @@ class UnlessProjectOnCpu(Condition):
     module: str | None = None
 
     @classmethod
-    def here(cls, ctx) -> UnlessProjectOnCpu:
+    def here(cls, ctx: Context) -> UnlessProjectOnCpu:
         return cls(ctx.facts.module if ctx.facts is not None else None)
 
     def drops(self, project: Project) -> bool:
@@ -661,8 +664,8 @@ class Project:
     def defining(self, importer: str, imported: str, function: str) -> list[ModuleFacts]:
         """The facts of the checked modules that `importer` names as
         `imported` and that define `function` at top level."""
-        return [facts for facts in map(self._by_name.get, self._resolve_import(importer, imported))
-                if function in facts.defines]
+        named = (self._by_name[target] for target in self._resolve_import(importer, imported))
+        return [facts for facts in named if function in facts.defines]
 
     def settle(self, findings: Iterable[Finding]) -> list[Finding]:
         """The findings that stand once the project is known, sorted."""
@@ -674,7 +677,7 @@ class Project:
         """For each other file whose DataLoaders run `module.function` in their
         workers: whether all of them there run in the main process."""
         parts = module.split(".")
-        found = []
+        found: list[bool] = []
         for facts in self.modules:
             if facts.module != module:
                 found.extend(main_process for callee, main_process in facts.worker_functions.items()
@@ -686,7 +689,7 @@ class Project:
         import (`from utils import evaluate`, `import pkg.utils as u`,
         `from .utils import evaluate`); matched on the module path's tail, as
         the root a file was imported from is not known."""
-        found = []
+        found: list[tuple[ModuleFacts, CallFact]] = []
         parts = module.split(".")
         for facts in self.modules:
             if facts.module == module:
