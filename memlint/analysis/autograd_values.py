@@ -835,7 +835,7 @@ def _resets_in(body: cst.BaseSuite) -> set[str]:
                     if name is not None and name not in reads:
                         found.add(name)
             elif isinstance(small, cst.Del):
-                found.update(_bound_names(small.target))
+                found.update(name for name, _ in _bound_names(small.target))
             elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and \
                     isinstance(small.value.func, cst.Attribute) and \
                     small.value.func.attr.value == "clear":

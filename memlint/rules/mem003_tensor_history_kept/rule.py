@@ -136,6 +136,9 @@ class TensorHistoryKept(Rule):
         "import torch\npending = []\nfor batch in loader:\n    for micro in batch:\n"
         "        pending.append(criterion(model(micro), y))\n    sum(pending).backward()\n"
         "    pending.clear()",
+        # emptied with `del [:]` every iteration, as `.clear()` empties it
+        "import torch\nlosses = []\nfor batch in loader:\n    losses.append(model(batch).sum())\n"
+        "    del losses[:]",
         # the episode's lists handed to a helper that back-propagates them (ACER)
         "import torch\ndef compute_loss(policies, values):\n"
         "    loss = -torch.stack(policies).sum() + torch.cat(values).pow(2).mean()\n"
