@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the analyses import this module
+    from memlint.analysis.project import Condition
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,7 @@ class Related:
     cell: int | None = None
     cell_line: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         if self.cell is None:
             del data["cell"], data["cell_line"]
@@ -56,7 +59,7 @@ class Fix:
     message: str
     edits: tuple[Edit, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"applicability": self.applicability, "message": self.message,
                 "edits": [asdict(edit) for edit in self.edits]}
 
@@ -82,9 +85,9 @@ class Finding:
     #: the evidence, where the rule has it; not part of a finding's identity
     #: (sorting and de-duplication ignore it)
     related: tuple[Related, ...] = field(default=(), compare=False)
-    #: a `memlint.analysis.project.Condition` still to be decided once every
-    #: file of the project is known (None: the finding stands)
-    unless: Any = field(default=None, compare=False, repr=False)
+    #: what is still to be decided once every file of the project is known
+    #: (None: the finding stands)
+    unless: Condition | None = field(default=None, compare=False, repr=False)
     #: the rewrite that removes the finding, where a sound one exists
     fix: Fix | None = field(default=None, compare=False)
     #: "error", "warning" or "note": the rule's default or the project's setting
@@ -105,7 +108,7 @@ class Finding:
         """What to do instead: the message after its last `; `."""
         return message_parts(self.message)[2]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON shape: the fields of DESIGN.md, `related` (always a list,
         often empty), `fix` (null when there is none), plus the cell for
         notebooks."""

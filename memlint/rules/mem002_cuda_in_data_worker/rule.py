@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 
+from memlint.analysis.context import Context
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
-from memlint.analysis.module_index import PARTIALS, FunctionInfo, ModuleIndex
+from memlint.analysis.module_index import PARTIALS, ClassInfo, FunctionInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, has_star_args
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessLoadersRunInMainProcess
 from memlint.analysis.torch_api import CUDA_INITIALISERS, DATA_LOADERS
-from memlint.rules.base import Rule
+from memlint.rules.base import Rule, RuleOptions
 
 #: Dataset methods that run in the worker processes, once per sample or batch.
 _WORKER_METHODS = ("__getitem__", "__getitems__", "__iter__", "__next__")
@@ -33,6 +35,11 @@ class _CudaSite:
     fix: str
 
 
+#: a `num_workers` value: an int; None, unknown; str: an argparse dest;
+#: (function, parameter, position): what callers pass
+WorkerCount = int | str | tuple[cst.FunctionDef, str, int | None] | None
+
+
 @dataclass
 class _Workers:
     """A loader's `num_workers` as the file shows it: the values it may take
@@ -40,8 +47,7 @@ class _Workers:
     parameter's default), or unknown (a config entry, an argument nobody here sets)."""
 
     written: str  # `num_workers=...` as written, for the message
-    #: int; str: an argparse dest; (function, parameter, position): what callers pass
-    values: list = field(default_factory=list)
+    values: list[WorkerCount] = field(default_factory=list)
 
 
 @dataclass
@@ -173,7 +179,7 @@ class CudaInDataWorker(Rule):
         "loader = make(ds, workers=8)",
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         self.index = ModuleIndex.of(ctx)
         self.sites: list[_CudaSite] = []
@@ -245,7 +251,7 @@ class CudaInDataWorker(Rule):
             return _Workers("*args", [None])
         return _Workers("the default 0", [0])
 
-    def _worker_values(self, expr: cst.BaseExpression, depth: int = 0) -> list:
+    def _worker_values(self, expr: cst.BaseExpression, depth: int = 0) -> list[WorkerCount]:
         """The values `num_workers=expr` may take, as far as this file shows them."""
         if depth > 6:
             return [None]
@@ -255,15 +261,15 @@ class CudaInDataWorker(Rule):
             return (self._worker_values(expr.body, depth + 1)
                     + self._worker_values(expr.orelse, depth + 1))
         if isinstance(expr, cst.Call):
-            name = dotted_name(expr.func) or ""
-            if name.rsplit(".", 1)[-1] == "cpu_count":
+            function_name = dotted_name(expr.func) or ""
+            if function_name.rsplit(".", 1)[-1] == "cpu_count":
                 return [1]  # os.cpu_count(), multiprocessing.cpu_count()
             values = [v for arg in expr.args for v in self._worker_values(arg.value, depth + 1)]
-            if name == "int" and values:
+            if function_name == "int" and values:
                 return values
-            if name in ("min", "max") and values and None not in values and \
-                    all(isinstance(v, int) for v in values):
-                return [min(values) if name == "min" else max(values)]
+            counts = [v for v in values if isinstance(v, int)]
+            if function_name in ("min", "max") and values and len(counts) == len(values):
+                return [min(counts) if function_name == "min" else max(counts)]
             return [None]
         name = dotted_name(expr)
         if name is None:
@@ -279,16 +285,17 @@ class CudaInDataWorker(Rule):
         parameter = self._parameter(name)
         if parameter is not None:
             function, param, position = parameter
-            default = [None] if param.default is None else self._worker_values(param.default, depth + 1)
+            default: list[WorkerCount] = [None] if param.default is None \
+                else self._worker_values(param.default, depth + 1)
             return default + [(function, name, position)]  # and what callers here pass
         if "." in name and not name.startswith(("self.", "cls.")):
             return [name.rsplit(".", 1)[-1]]  # `args.workers`: an argparse option, looked up later
         return [None]
 
-    def _values_in_kwargs(self, expr: cst.BaseExpression) -> list:
+    def _values_in_kwargs(self, expr: cst.BaseExpression) -> list[WorkerCount]:
         """`num_workers` inside `**kwargs`, when `kwargs` is a dict this file builds
         (`{'num_workers': 1, 'pin_memory': True} if args.cuda else {}`)."""
-        values: list = []
+        values: list[WorkerCount] = []
         for value in self._values(expr):
             branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
             for branch in branches:
@@ -382,7 +389,7 @@ class CudaInDataWorker(Rule):
                 flagged_statements.add(site.statement)  # `return x.cuda(), y.cuda()` once
                 entry = reached[site.unit][0]
                 unless = UnlessLoadersRunInMainProcess(
-                    self.ctx.facts.module, entry.name) \
+                    self.facts.module, entry.name) \
                     if entry in self._loaded_elsewhere else None
                 self.report(site.node, _message(site, *reached[site.unit]), site.statement,
                             unless=unless)
@@ -426,7 +433,7 @@ class CudaInDataWorker(Rule):
         return (f"num_workers={unknown.workers.written}, which this file does not set: the "
                 "workers run it as soon as it is above 0")
 
-    def _dataset_entries(self):
+    def _dataset_entries(self) -> Iterator[tuple[FunctionInfo, str, str]]:
         passed: dict[str, list[_Loader]] = {}
         anonymous = []  # loaders given a dataset this file does not name (a parameter)
         for loader in self.loaders:
@@ -448,7 +455,7 @@ class CudaInDataWorker(Rule):
                 for function in self.index.methods_named(name, method)[:1]:
                     yield function, function.qualname, note
 
-    def _loader_entries(self):
+    def _loader_entries(self) -> Iterator[tuple[FunctionInfo, str, str]]:
         users: dict[FunctionInfo, list[_Loader]] = {}
         labels: dict[FunctionInfo, str] = {}
         anonymous: dict[str, list[_Loader]] = {}  # keyword -> loaders whose function is not found
@@ -480,7 +487,8 @@ class CudaInDataWorker(Rule):
                 if note is not None:  # None: this file's loaders, all in the main process
                     yield function, f"a {keyword}", note
 
-    def _worker_functions(self, written, resolved, class_name) -> list[FunctionInfo]:
+    def _worker_functions(self, written: cst.BaseExpression, resolved: cst.BaseExpression,
+                          class_name: str | None) -> list[FunctionInfo]:
         """The functions a `collate_fn=` / `worker_init_fn=` value runs."""
         if isinstance(written, cst.Lambda):
             info = self.index.info(written)
@@ -499,7 +507,7 @@ class CudaInDataWorker(Rule):
                     for child in factory.children if isinstance(child.node, cst.FunctionDef)]
         return self.index.resolve_reference(resolved, class_name, loose=isinstance(resolved, cst.Attribute))
 
-    def _constructed_class(self, expr):
+    def _constructed_class(self, expr: cst.BaseExpression | None) -> ClassInfo | None:
         """The local class `expr` constructs (`Faces(...)`), if any."""
         if isinstance(expr, cst.Call):
             return self.index.local_class(expr.func)

@@ -6,11 +6,12 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import UnlessProjectOnCpu
 from memlint.analysis.stores import STORING_METHODS, code, container_name
 from memlint.finding import UNSAFE
-from memlint.rules.base import FixPlan, Rule
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 
 #: registration method -> how many leading parameters are not tensors (the module)
 _MODULE_HOOKS = {"register_forward_hook": 1, "register_full_backward_hook": 1,
@@ -98,7 +99,7 @@ class HookKeepsActivations(Rule):
         "        self.cache = o if self.cache is None else torch.cat([self.cache, o])",
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         #: hooks as registered: (what names the function, tensor parameters to skip)
         self.registered: list[tuple[str, int]] = []
@@ -131,7 +132,7 @@ class HookKeepsActivations(Rule):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             name = dotted_name(target.target)
-            if name and isinstance(node.value, (cst.List, cst.Dict)) and not _elements(node.value):
+            if name and isinstance(node.value, (cst.List, cst.Dict)) and not node.value.elements:
                 function = self.ctx.function
                 if self.ctx.in_loop or (function is not None and function.name.value != "__init__"):
                     self.emptied.add(name)  # reset per step, not set up once
@@ -178,10 +179,10 @@ class HookKeepsActivations(Rule):
             container, stored, verb = func.value, node.args[-1].value, STORING_METHODS[func.attr.value]
         elif isinstance(node, cst.Assign) and len(node.targets) == 1:
             container = node.targets[0].target
-            stored = _concatenated_onto(node.value, dotted_name(container))
-            verb = "concatenate"
-            if stored is None:
+            concatenated = _concatenated_onto(node.value, dotted_name(container))
+            if concatenated is None:
                 return None
+            stored, verb = concatenated, "concatenate"
         else:
             return None
         owner = container_name(container)
@@ -208,10 +209,6 @@ class HookKeepsActivations(Rule):
                         UnlessProjectOnCpu.here(self.ctx), fix=_to_host(kept))
 
 
-def _elements(value: cst.BaseExpression) -> list:
-    return list(value.elements)
-
-
 def _concatenated_onto(value: cst.BaseExpression, name: str | None) -> cst.BaseExpression | None:
     """`o` in `self.cache = o if self.cache is None else torch.cat([self.cache, o])`."""
     if name is None:
@@ -219,15 +216,16 @@ def _concatenated_onto(value: cst.BaseExpression, name: str | None) -> cst.BaseE
     if isinstance(value, cst.IfExp):
         return _concatenated_onto(value.orelse, name) or _concatenated_onto(value.body, name)
     if isinstance(value, cst.Call) and (dotted_name(value.func) or "").endswith(("cat", "stack")) \
-            and value.args and isinstance(value.args[0].value, (cst.List, cst.Tuple)):
-        parts = [e.value for e in value.args[0].value.elements]
+            and value.args and isinstance(sequence := value.args[0].value, (cst.List, cst.Tuple)):
+        parts = [e.value for e in sequence.elements]
         if any(dotted_name(p) == name for p in parts):
             others = [p for p in parts if dotted_name(p) != name]
             return others[0] if others else None
     return None
 
 
-def _reads(stored: cst.BaseExpression, params: list[str], local: dict, depth: int = 0) -> bool:
+def _reads(stored: cst.BaseExpression, params: list[str], local: dict[str, cst.BaseExpression],
+           depth: int = 0) -> bool:
     """Whether `stored` is one of the hook's tensors (or made from one by
     element-wise and shape methods), not released to the host or summarised."""
     if depth > 6:
