@@ -46,11 +46,12 @@ class FixEffect:
         if self.before is None and self.after is None:
             return f"{self.what}: not measured in either run (the line never ran)"
         text = f"{self.what}: {_amount(self.before, self.unit)} -> {_amount(self.after, self.unit)}"
-        if self.saved is None:
+        saved = self.saved  # None exactly when `before` or `after` is
+        if saved is None or self.before is None or self.after is None:
             return text
         if self.unit == "GB/s":
             return text + (f" ({self.after / self.before:.1f}x faster)" if self.before else "")
-        return text + f" (saved {human_bytes(self.saved)})"
+        return text + f" (saved {human_bytes(saved)})"
 
     def to_dict(self) -> dict:
         return {"code": self.finding.code, "line": self.finding.line,
@@ -124,6 +125,7 @@ def compare_fixes(path: str, findings: list[Finding], options: Options,
     effects = []
     for finding, moved_finding in zip(fixed, moved):
         quantity = _quantity(finding.code)
+        assert quantity is not None and finding.fix is not None  # kept for both, above
         before_numbers = _numbers(before.verified, finding)
         after_verified = by_line.get((finding.code, moved_finding.line))
         effects.append(FixEffect(
