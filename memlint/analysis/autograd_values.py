@@ -666,7 +666,8 @@ class BackwardFlows:
                 if callee is not None:
                     found.add(callee)
             elif isinstance(current, (cst.Name, cst.Attribute)):
-                if isinstance(current, cst.Attribute) and current.attr.value in _DETACHED_ATTRIBUTES:
+                if isinstance(current, cst.Attribute) \
+                        and current.attr.value in _DETACHED_ATTRIBUTES:
                     continue
                 name = dotted_name(current)
                 if name is not None:
@@ -773,7 +774,8 @@ class _Flow:
         self.sources.setdefault(name, []).append((at, reads, whole))
 
 
-#: What runs a backward: `loss.backward()`, `self.manual_backward(loss)`, `torch.autograd.grad(...)`.
+#: What runs a backward: `loss.backward()`, `self.manual_backward(loss)`,
+#: `torch.autograd.grad(...)`.
 BACKWARD_METHODS = {"backward", "manual_backward"}
 _GROWING_METHODS = {"append", "extend", "insert", "appendleft", "add", "update"}
 _DETACHING_METHODS = {"detach", "detach_", "item", "tolist", "numpy"}

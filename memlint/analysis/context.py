@@ -357,7 +357,8 @@ class Context:
         """The grad mode a bare `torch.set_grad_enabled(False)` (or `True`)
         statement switches to from here on; None for any other statement."""
         call = statement.value
-        if isinstance(call, cst.Call) and self.names.qualify(call.func) in GRAD_MODE_SETTERS and call.args:
+        if isinstance(call, cst.Call) and self.names.qualify(call.func) in GRAD_MODE_SETTERS \
+                and call.args:
             return literal_bool(call.args[0].value)
         return None
 

@@ -241,7 +241,8 @@ def _moved_onto_cuda(call: cst.Call, method: str, ctx: Context) -> bool | None:
 
 def made_on_cuda(value: cst.BaseExpression, ctx: Context) -> bool:
     """`x.cuda()`, `x.to(device)`, `torch.tensor(x, device="cuda")`."""
-    return isinstance(value, cst.Call) and (moves_to_cuda(value, ctx) or creates_on_cuda(value, ctx))
+    return isinstance(value, cst.Call) and (moves_to_cuda(value, ctx)
+                                            or creates_on_cuda(value, ctx))
 
 
 #: Methods whose result is on the device of the tensor they are called on.

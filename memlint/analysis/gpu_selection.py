@@ -20,8 +20,8 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import cuda_tensor_type, string_value
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.screens import CUDA_VISIBLE, SETS_ENVIRONMENT
-from memlint.analysis.torch_api import (CONTEXT_ON_CURRENT_DEVICE, DEVICE_FACTORY, DEVICE_GUARDS, LOADS,
-                                        RUNS_PER_GPU, SETS_CURRENT_DEVICE)
+from memlint.analysis.torch_api import (CONTEXT_ON_CURRENT_DEVICE, DEVICE_FACTORY, DEVICE_GUARDS,
+                                        LOADS, RUNS_PER_GPU, SETS_CURRENT_DEVICE)
 
 #: Environment variables a launcher sets per process.
 _RANK_VARIABLES = {"LOCAL_RANK", "RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -51,8 +51,9 @@ def selects_a_gpu(node: cst.CSTNode, ctx: Context) -> str | None:
     """What in `node` shows the program picks a GPU per process (None if
     nothing): a launcher's rank read from the environment or a process group
     (the whole program runs as ranks), or a CUDA device indexed by a
-    variable (`BY_INDEX`: a choice made where it is written). `torch.cuda.set_device` alone is not one: a DataLoader
-    worker's `worker_init_fn` may call it, and the main process picks nothing."""
+    variable (`BY_INDEX`: a choice made where it is written).
+    `torch.cuda.set_device` alone is not one: a DataLoader worker's
+    `worker_init_fn` may call it, and the main process picks nothing."""
     if type(node) is cst.Subscript:
         return "reads the rank its launcher set" if _environ_key(node, ctx) in _RANK_VARIABLES \
             else None
@@ -246,7 +247,8 @@ def single_process_test(test: cst.BaseExpression) -> bool | None:
             return False
         return None
     if "world_size" in last or last in ("num_gpus", "ngpus", "world"):
-        if operator is cst.Equal and right == {1} or operator is cst.LessThanEqual and right == {1} \
+        if operator is cst.Equal and right == {1} \
+                or operator is cst.LessThanEqual and right == {1} \
                 or operator is cst.LessThan and right == {2}:
             return True
         if operator is cst.GreaterThan and right == {1}:

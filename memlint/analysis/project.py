@@ -389,7 +389,8 @@ class UnlessHelpersKeepBatchesOnHost(Condition):
     is the project's and keeps what it is given on the host (turns it into
     numpy, builds new tensors)."""
 
-    #: each function as imported (`val_2D.test_single_volume`) and the argument (position or keyword)
+    #: each function as imported (`val_2D.test_single_volume`) and the argument
+    #: (position or keyword)
     helpers: tuple[tuple[str, int | str], ...]
 
     def drops(self, project: Project) -> bool:

@@ -272,7 +272,8 @@ class WholeDatasetToDevice(Rule):
         qualified = self.ctx.qualify(node.func)
         if qualified in TENSOR_DATASETS:
             if any(_puts_on_cuda(arg.value, self) for arg in node.args):
-                self._gpu_tensor_datasets.append((node, self.statement(), self._dataset_names(node)))
+                self._gpu_tensor_datasets.append((node, self.statement(),
+                                                  self._dataset_names(node)))
             return
         if qualified in DATA_LOADERS:
             dataset = call_arg(node, "dataset", 0)
@@ -313,7 +314,8 @@ class WholeDatasetToDevice(Rule):
             return
         self._sliced.setdefault(name, []).append((self._place(), node))
         position, function = self._parameter_position(name), self.ctx.function
-        if position is not None and function is not None:  # `def get_batch(source, i): source[i:i + n]`
+        # `def get_batch(source, i): source[i:i + n]`
+        if position is not None and function is not None:
             self._slicing_helpers.setdefault(function.name.value, set()).add(position)
 
     def _note_call(self, node: cst.Call) -> None:
@@ -467,7 +469,8 @@ class WholeDatasetToDevice(Rule):
         for unit, fed in self._fed_whole:
             if fed & moved:
                 names |= fed
-                if isinstance(unit, (cst.FunctionDef, cst.SimpleStatementLine)) and unit not in steps:
+                if isinstance(unit, (cst.FunctionDef, cst.SimpleStatementLine)) \
+                        and unit not in steps:
                     steps.add(unit)
                     names |= _names_used(unit)
         return names
@@ -629,7 +632,8 @@ class WholeDatasetToDevice(Rule):
     def _in_per_batch_function(self) -> bool:
         """`__getitem__`, `get_batch`, `iterate_minibatches`: run once per batch or sample."""
         function = self.ctx.function
-        return function is not None and bool(set(_words(function.name.value)) & _PER_BATCH_FUNCTIONS)
+        return function is not None \
+            and bool(set(_words(function.name.value)) & _PER_BATCH_FUNCTIONS)
 
     def _slices_batches(self, node: cst.Subscript) -> bool:
         """Rows picked per iteration: `X[i:i + bs]`, `X[ids[k]:ids[k + 1]]` in a loop,
@@ -928,7 +932,8 @@ def _paired_target(target: cst.BaseExpression, value: cst.BaseExpression,
                    call: cst.Call) -> cst.BaseExpression | None:
     """In `a, b = x.cuda(), y.cuda()`, the target that `call`'s element of the
     value tuple is assigned to."""
-    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, (cst.Tuple, cst.List)) \
+    if not isinstance(target, (cst.Tuple, cst.List)) \
+            or not isinstance(value, (cst.Tuple, cst.List)) \
             or len(target.elements) != len(value.elements):
         return None
     for target_element, value_element in zip(target.elements, value.elements):

@@ -138,7 +138,8 @@ class CudaInDataWorker(Rule):
         "    def __getitem__(self, i):\n        return self.x[i].cuda()",
         "import torch.utils.data as data\nclass D(data.Dataset):\n"
         "    def __getitem__(self, i):\n        return self.x[i].to('cuda:0')",
-        "import torch\nfrom torch.utils.data import IterableDataset\nclass Stream(IterableDataset):\n"
+        "import torch\nfrom torch.utils.data import IterableDataset\n"
+        "class Stream(IterableDataset):\n"
         "    def __iter__(self):\n        for row in self.rows:\n"
         "            yield torch.tensor(row, device='cuda')",
         "from torch.utils.data import Dataset\nclass Base(Dataset):\n    pass\n"
@@ -172,10 +173,12 @@ class CudaInDataWorker(Rule):
         "loader = DataLoader(ds, num_workers=args.workers, collate_fn=lambda b: stack(b).cuda())",
         # num_workers the file does not show: reported, and the message says so
         "from torch.utils.data import DataLoader\ndef collate(batch):\n    return batch.cuda()\n"
-        "def build(ds, cfg):\n    return DataLoader(ds, num_workers=cfg['workers'], collate_fn=collate)",
+        "def build(ds, cfg):\n"
+        "    return DataLoader(ds, num_workers=cfg['workers'], collate_fn=collate)",
         # a parameter defaulting to 0 that a caller here raises
         "from torch.utils.data import DataLoader\ndef collate(batch):\n    return batch.cuda()\n"
-        "def make(ds, workers=0):\n    return DataLoader(ds, num_workers=workers, collate_fn=collate)\n"
+        "def make(ds, workers=0):\n"
+        "    return DataLoader(ds, num_workers=workers, collate_fn=collate)\n"
         "loader = make(ds, workers=8)",
     ]
 
@@ -474,7 +477,8 @@ class CudaInDataWorker(Rule):
                 yield function, label, note
         # named like one and not given to a loader found here: handed to a loader
         # this file does not show (another file's, or one reached through a parameter)
-        referenced = {(dotted_name(expr) or "").rsplit(".", 1)[-1] for expr, _ in self.index.escaped}
+        referenced = {(dotted_name(expr) or "").rsplit(".", 1)[-1]
+                      for expr, _ in self.index.escaped}
         for function in self.index.functions.values():
             if function in labels or not _COLLATE_NAME.fullmatch(function.name):
                 continue
@@ -505,7 +509,8 @@ class CudaInDataWorker(Rule):
             # collate_fn=make_collate(cfg): the functions the factory defines
             return [child for factory in self.index.resolve_reference(resolved.func, class_name)
                     for child in factory.children if isinstance(child.node, cst.FunctionDef)]
-        return self.index.resolve_reference(resolved, class_name, loose=isinstance(resolved, cst.Attribute))
+        return self.index.resolve_reference(resolved, class_name,
+                                            loose=isinstance(resolved, cst.Attribute))
 
     def _constructed_class(self, expr: cst.BaseExpression | None) -> ClassInfo | None:
         """The local class `expr` constructs (`Faces(...)`), if any."""

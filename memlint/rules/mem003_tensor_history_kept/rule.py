@@ -206,7 +206,8 @@ class TensorHistoryKept(Rule):
         "    loss.backward()",
         # reset every epoch, not every step: every step's graph is kept until the print
         "import torch\nfor epoch in range(10):\n    total_loss = 0\n    for x, y in loader:\n"
-        "        loss = criterion(model(x), y)\n        loss.backward()\n        total_loss += loss\n"
+        "        loss = criterion(model(x), y)\n"
+        "        loss.backward()\n        total_loss += loss\n"
         "    print(total_loss / len(loader))",
         # a PPO rollout: the values are detached before any backward, kept for nothing
         "import torch\nwhile frame_idx < max_frames:\n    values = []\n"
@@ -220,7 +221,8 @@ class TensorHistoryKept(Rule):
         "        window.clear()",
         # `loss` reused after its backward: the later read does not consume the list
         "import torch\nfor epoch in range(10):\n    losses = []\n    for x, y in loader:\n"
-        "        loss = criterion(model(x), y)\n        loss.backward()\n        losses.append(loss)\n"
+        "        loss = criterion(model(x), y)\n"
+        "        loss.backward()\n        losses.append(loss)\n"
         "    loss = torch.stack(losses).mean()\n    print(loss.item())",
         # a helper defined further down that returns the loss itself
         "import torch\ntrain_losses = []\nfor x, y in loader:\n"

@@ -60,7 +60,8 @@ class _Unit:
     on_gpu: dict[str, bool] = field(default_factory=dict)  # module name -> moved to a CUDA device
     forward: tuple[cst.Call, cst.CSTNode | None, str] | None = None  # first unguarded forward
     volatile: tuple[cst.Call, cst.CSTNode | None] | None = None  # first Variable(volatile=True)
-    volatile_after_eval: bool = False  # ... after a `.eval()`: the inference part of a training loop
+    #: ... after a `.eval()`: the inference part of a training loop
+    volatile_after_eval: bool = False
     volatile_names: set[str] = field(default_factory=set)  # names bound to a volatile Variable
     volatile_fed: bool = False  # one is fed to a model (a DQN's target forward in a training step)
     wants_grad: bool = False
@@ -103,7 +104,8 @@ class GradInInference(Rule):
         "        return model(x)",
         "import torch\n@torch.no_grad()\ndef evaluate(model, x):\n    return model(x)",
         "import torch\n@torch.inference_mode()\ndef predict(self, x):\n    return self.model(x)",
-        "import torch\ndef validate(model, x):\n    torch.set_grad_enabled(False)\n    return model(x)",
+        "import torch\ndef validate(model, x):\n"
+        "    torch.set_grad_enabled(False)\n    return model(x)",
         # no_grad opened before model.eval()
         "import torch\ndef run(model, x):\n    with torch.no_grad():\n        model.eval()\n"
         "        out = model(x)\n    return out",
@@ -112,7 +114,8 @@ class GradInInference(Rule):
         "    out.max().backward()\n    return x.grad",
         # every caller already disabled grad
         "import torch\ndef infer_batch(model, x):\n    return model(x)\n"
-        "def main(model, xs):\n    with torch.no_grad():\n        return [infer_batch(model, x) for x in xs]",
+        "def main(model, xs):\n    with torch.no_grad():\n"
+        "        return [infer_batch(model, x) for x in xs]",
         # a Lightning-style module (it has training_step) from a project base class
         "import torch\nclass Lit(BaseModule):\n    def training_step(self, batch, idx):\n"
         "        return self.model(batch).mean()\n    def test_step(self, batch, idx):\n"
@@ -130,13 +133,15 @@ class GradInInference(Rule):
         "from mxnet import autograd, gluon\ndef evaluate_loss(net, data):\n"
         "    return [net(x) for x in data]",
         # a method about a model, not a model
-        "import torch\ndef predict(self, source):\n    self.predictor.setup_model(model=self.model)",
+        "import torch\ndef predict(self, source):\n"
+        "    self.predictor.setup_model(model=self.model)",
         # a project's own wrapper around inference_mode
         "import torch\nfrom .utils import smart_inference_mode\n@smart_inference_mode()\n"
         "def run(model, x):\n    model.eval()\n    return model(x)",
         # a model's own predict API: its caller (another file) picks the grad mode
         "import torch\nclass FM(ContextRecommender):\n    def forward(self, x):\n"
-        "        return self.encoder(x)\n    def predict(self, x):\n        return self.encoder(x).sigmoid()",
+        "        return self.encoder(x)\n    def predict(self, x):\n"
+        "        return self.encoder(x).sigmoid()",
         # an inference-named building block that forward calls
         "import torch\nclass Decoder(torch.nn.Module):\n    def forward(self, x):\n"
         "        return self.predict_masks(x)\n    def predict_masks(self, x):\n"
@@ -157,8 +162,10 @@ class GradInInference(Rule):
         "import torch\ndef test():\n    net = ResNet18()\n    y = net(torch.randn(2, 3, 32, 32))\n"
         "    print(y.size())\nif __name__ == '__main__':\n    test()",
         # a loss object, not a model
-        "import torch\ndef evaluate(model, x, y):\n    with torch.no_grad():\n        out = model(x)\n"
-        "    criterion = torch.nn.CrossEntropyLoss()\n    criterion.eval()\n    return criterion(out, y)",
+        "import torch\ndef evaluate(model, x, y):\n"
+        "    with torch.no_grad():\n        out = model(x)\n"
+        "    criterion = torch.nn.CrossEntropyLoss()\n"
+        "    criterion.eval()\n    return criterion(out, y)",
         "import torch\ndef validate(self, out, y):\n    return self.loss_fn(out.cuda(), y)",
         # not a PyTorch module: an OpenVINO model records no graph
         "import torch\nimport openvino as ov\ndef infer(path, x):\n"
@@ -179,7 +186,8 @@ class GradInInference(Rule):
         "import torch\nif __name__ == '__main__':\n    layer = AbstractLayer(8, 4)\n"
         "    layer = layer.eval()\n    print(layer(torch.randn(2, 8)))",
         # a smoke test of a class named with digits and an underscore
-        "import torch\ndef test():\n    net = MobileNetV3_Small()\n    return net(torch.randn(2, 3, 224, 224))",
+        "import torch\ndef test():\n    net = MobileNetV3_Small()\n"
+        "    return net(torch.randn(2, 3, 224, 224))",
         # a model file's smoke test through a factory of the same file
         "import torch\ndef densenet_cifar():\n    return DenseNet(growth_rate=12)\n"
         "def test():\n    net = densenet_cifar()\n    return net(torch.randn(1, 3, 32, 32))",
@@ -211,7 +219,8 @@ class GradInInference(Rule):
         "    nxt = Variable(s.cuda(), volatile=True)\n    target = model(nxt).max(1)[0]\n"
         "    loss = (model(s.cuda()) - target).pow(2).mean()\n    loss.backward()",
         # a GAN's generator by its capital letter
-        "import torch\ndef get_sample_image(G, n_noise):\n    z = torch.randn(100, n_noise).cuda()\n"
+        "import torch\ndef get_sample_image(G, n_noise):\n"
+        "    z = torch.randn(100, n_noise).cuda()\n"
         "    return G(z).cpu().numpy()",
         # a caller that does not disable grad
         "import torch\ndef infer_batch(model, x):\n    return model(x)\n"
@@ -657,8 +666,8 @@ class GradInInference(Rule):
                 helper = next((self.finished[c.node] for c in self.index.callees(site)
                                if c.node in self.finished), None)
                 if site.grad_disabled or helper is None or helper.node is None \
-                        or helper.any_forward is None or helper.wants_grad or helper.forward is not None \
-                        or _is_inference_name(helper.node):
+                        or helper.any_forward is None or helper.wants_grad \
+                        or helper.forward is not None or _is_inference_name(helper.node):
                     continue
                 forward, module = helper.any_forward
                 called = helper.node.name.value
@@ -680,7 +689,8 @@ class GradInInference(Rule):
             return True  # `test_*` and its `_test_*` helpers: "test" is pytest's word here
         if self._names_function(module, unit.class_name):
             return True  # a function defined further down the file, named like a model
-        if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) and self._is_lightning(unit.class_name):
+        if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) \
+                and self._is_lightning(unit.class_name):
             return True
         if unit.class_name and self._init_turns_grad_off(unit.class_name):
             return True

@@ -18,7 +18,8 @@ from memlint.analysis.names import (call_arg, dotted_name, has_star_kwargs,
                                     literal_bool)
 from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
-from memlint.analysis.torch_api import DATA_LOADERS, INDEX_RANGES, SET_DEFAULT_DEVICE, TENSOR_DATASETS
+from memlint.analysis.torch_api import (DATA_LOADERS, INDEX_RANGES, SET_DEFAULT_DEVICE,
+                                        TENSOR_DATASETS)
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.rewrites import with_keyword
@@ -114,7 +115,8 @@ class DataLoaderWithoutPinMemory(Rule):
         'for names, labels in loader:\n    x = torch.LongTensor(encode(names)).cuda()',
         # read once, at a notebook's top level, to look at one batch
         'import torch\nfrom torch.utils.data import DataLoader\nmodel.cuda()\n'
-        'loader = DataLoader(ds, batch_size=8)\nimgs, labels = next(iter(loader))\nprint(imgs.shape)',
+        'loader = DataLoader(ds, batch_size=8)\n'
+        'imgs, labels = next(iter(loader))\nprint(imgs.shape)',
         # a dataset module's demo: the loader is used where it is built, no importer iterates it
         'from torch.utils.data import DataLoader\ndef main():\n'
         '    loader = DataLoader(VOC("train"), batch_size=1)\n'

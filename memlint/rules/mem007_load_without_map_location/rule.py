@@ -100,7 +100,8 @@ class LoadWithoutMapLocation(Rule):
         # optimizer.load_state_dict moves each state onto its parameter's device
         'import torch\nactor.cuda()\nself.actor_optimizer.load_state_dict(torch.load(f + "_opt"))',
         # the CPU branch of an `if` on the GPU
-        'import torch\nif torch.cuda.is_available():\n    state = torch.load(p, map_location="cuda")\n'
+        'import torch\nif torch.cuda.is_available():\n'
+        '    state = torch.load(p, map_location="cuda")\n'
         'else:\n    state = torch.load(p)',
         # pretrained weights loaded while a module is built (on the CPU)
         'import torch\nclass FCN(torch.nn.Module):\n    def __init__(self):\n'
@@ -614,7 +615,8 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx: Context, moved_to_gpu: set[
     if isinstance(node, cst.Call):
         helper = (dotted_name(node.func) or "").rsplit(".", 1)[-1].lower()
         cpu_flag = call_arg(node, "cpu")
-        if "cpu" in helper.split("_") or (cpu_flag is not None and isinstance(cpu_flag.value, cst.Name)
+        if "cpu" in helper.split("_") or (cpu_flag is not None
+                                          and isinstance(cpu_flag.value, cst.Name)
                                           and cpu_flag.value.value == "True"):
             return True  # `as_cpu(state)`, `to_cpu(x)`, `state_dict(model, cpu=True)`
         qualified = ctx.qualify(node.func) or ""

@@ -220,7 +220,8 @@ class ImplicitDefaultGpu(Rule):
 
     def _other_arms(self) -> tuple[int, ...]:
         return tuple(id(branch.orelse if in_body else branch.body)
-                     for branch, in_body in self._arms() if branch.orelse is not None or not in_body)
+                     for branch, in_body in self._arms()
+                     if branch.orelse is not None or not in_body)
 
     # -- what it adds up to ---------------------------------------------------
     def finish(self) -> None:

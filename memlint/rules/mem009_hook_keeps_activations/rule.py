@@ -51,13 +51,16 @@ class HookKeepsActivations(Rule):
 
     VALID = [
         # a host copy
-        "import torch\nfeats = []\ndef hook(module, inp, out):\n    feats.append(out.detach().cpu())\n"
+        "import torch\nfeats = []\ndef hook(module, inp, out):\n"
+        "    feats.append(out.detach().cpu())\n"
         "model.layer4.register_forward_hook(hook)",
         # a statistic
-        "import torch\nnorms = []\ndef hook(module, inp, out):\n    norms.append(out.norm().item())\n"
+        "import torch\nnorms = []\ndef hook(module, inp, out):\n"
+        "    norms.append(out.norm().item())\n"
         "model.fc.register_forward_hook(hook)",
         # overwritten under a fixed key each forward
-        "import torch\nacts = {}\ndef get(name):\n    def hook(m, i, o):\n        acts[name] = o.detach()\n"
+        "import torch\nacts = {}\ndef get(name):\n"
+        "    def hook(m, i, o):\n        acts[name] = o.detach()\n"
         "    return hook\nmodel.layer4.register_forward_hook(get('layer4'))",
         # emptied every call by the owner
         "import torch\nclass GradCAM:\n    def __init__(self, layer):\n        self.acts = []\n"
@@ -77,24 +80,32 @@ class HookKeepsActivations(Rule):
         "net.register_forward_hook(hook)",
     ]
     INVALID = [
-        "import torch\nnet = model = build().cuda()\nfeatures = []\ndef hook(module, inp, out):\n    features.append(out)\n"
+        "import torch\nnet = model = build().cuda()\nfeatures = []\n"
+        "def hook(module, inp, out):\n    features.append(out)\n"
         "model.layer4.register_forward_hook(hook)",
         # detached: no graph, but the activation stays on the GPU
-        "import torch\nnet = model = build().cuda()\nfeatures = []\ndef hook(module, inp, out):\n    features.append(out.detach())\n"
+        "import torch\nnet = model = build().cuda()\nfeatures = []\n"
+        "def hook(module, inp, out):\n    features.append(out.detach())\n"
         "model.layer4.register_forward_hook(hook)",
-        "import torch\nnet = model = build().cuda()\nclass Extractor:\n    def __init__(self, model):\n        self.outputs = []\n"
+        "import torch\nnet = model = build().cuda()\nclass Extractor:\n"
+        "    def __init__(self, model):\n        self.outputs = []\n"
         "        model.fc.register_forward_hook(self.save)\n    def save(self, m, i, o):\n"
         "        self.outputs.append(o)",
-        "import torch\nnet = model = build().cuda()\ngrads = []\nx.register_hook(lambda g: grads.append(g))",
-        "import torch\nnet = model = build().cuda()\nacts = []\nmodel.layer3.register_forward_hook(lambda m, i, o: acts.append(o))",
+        "import torch\nnet = model = build().cuda()\n"
+        "grads = []\nx.register_hook(lambda g: grads.append(g))",
+        "import torch\nnet = model = build().cuda()\nacts = []\n"
+        "model.layer3.register_forward_hook(lambda m, i, o: acts.append(o))",
         # through a local name
-        "import torch\nnet = model = build().cuda()\nkept = []\ndef hook(m, i, o):\n    a = o.flatten(1)\n    kept.append(a)\n"
+        "import torch\nnet = model = build().cuda()\nkept = []\n"
+        "def hook(m, i, o):\n    a = o.flatten(1)\n    kept.append(a)\n"
         "net.register_forward_hook(hook)",
         # the input of a pre-hook
-        "import torch\nnet = model = build().cuda()\ninputs = []\ndef pre(m, args):\n    inputs.extend(args)\n"
+        "import torch\nnet = model = build().cuda()\n"
+        "inputs = []\ndef pre(m, args):\n    inputs.extend(args)\n"
         "net.register_forward_pre_hook(pre)",
         # a running concatenation on the module object
-        "import torch\nnet = model = build().cuda()\nclass Probe:\n    def __init__(self, layer):\n        self.cache = None\n"
+        "import torch\nnet = model = build().cuda()\nclass Probe:\n"
+        "    def __init__(self, layer):\n        self.cache = None\n"
         "        layer.register_forward_hook(self.grab)\n    def grab(self, m, i, o):\n"
         "        self.cache = o if self.cache is None else torch.cat([self.cache, o])",
     ]
@@ -158,8 +169,9 @@ class HookKeepsActivations(Rule):
             stored = body.args[-1].value
             container = container_name(body.func.value)
             if container and container not in params and _reads(stored, params, {}):
+                verb = STORING_METHODS[body.func.attr.value]
                 self.lambda_kept.append(_Kept(body, self.statement(), container, stored,
-                                              _detached(stored), STORING_METHODS[body.func.attr.value]))
+                                              _detached(stored), verb))
 
     # -- stores in functions that may be hooks --------------------------------
     def _note_store(self, node: cst.CSTNode) -> None:
@@ -176,7 +188,8 @@ class HookKeepsActivations(Rule):
             if not isinstance(func, cst.Attribute) or func.attr.value not in STORING_METHODS \
                     or not isinstance(self.ctx.parent, cst.Expr) or not node.args:
                 return None
-            container, stored, verb = func.value, node.args[-1].value, STORING_METHODS[func.attr.value]
+            container, stored = func.value, node.args[-1].value
+            verb = STORING_METHODS[func.attr.value]
         elif isinstance(node, cst.Assign) and len(node.targets) == 1:
             container = node.targets[0].target
             concatenated = _concatenated_onto(node.value, dotted_name(container))

@@ -180,7 +180,8 @@ def _small_summary(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> b
             func.value if isinstance(func, cst.Name) else None
         if last in _SMALL_SUMMARIES or _computes_a_loss(func, ctx):
             return True
-        if last in ("item", "long", "int", "float", "cpu", "detach") and isinstance(func, cst.Attribute):
+        if last in ("item", "long", "int", "float", "cpu", "detach") \
+                and isinstance(func, cst.Attribute):
             return _small_summary(func.value, ctx, depth + 1) \
                 if last in ("long", "int", "float", "detach") else False
     return False
