@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # the analyses import this module
-    from memlint.analysis.project import Condition
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -85,9 +82,10 @@ class Finding:
     #: the evidence, where the rule has it; not part of a finding's identity
     #: (sorting and de-duplication ignore it)
     related: tuple[Related, ...] = field(default=(), compare=False)
-    #: what is still to be decided once every file of the project is known
-    #: (None: the finding stands)
-    unless: Condition | None = field(default=None, compare=False, repr=False)
+    #: a `memlint.analysis.project.Condition` still to be decided once every
+    #: file of the project is known (None: the finding stands); Any, as this
+    #: module is below the analyses
+    unless: Any = field(default=None, compare=False, repr=False)
     #: the rewrite that removes the finding, where a sound one exists
     fix: Fix | None = field(default=None, compare=False)
     #: "error", "warning" or "note": the rule's default or the project's setting

@@ -10,8 +10,8 @@ reader of the code would assume too).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import libcst as cst

@@ -21,13 +21,10 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from memlint.analysis.source_lines import LINE_BREAK
 from memlint.finding import Finding, Related
-
-if TYPE_CHECKING:  # the context imports this module for ModuleFacts
-    from memlint.analysis.context import Context
 
 #: Words that show a file may put something on a CUDA device (in its lower-cased
 #: text: substring tests cost a fraction of one case-blind regular expression).
@@ -270,11 +267,18 @@ class UnlessProjectOnCpu(Condition):
     module: str | None = None
 
     @classmethod
-    def here(cls, ctx: Context) -> UnlessProjectOnCpu:
+    def here(cls, ctx: _WithFacts) -> UnlessProjectOnCpu:
         return cls(ctx.facts.module if ctx.facts is not None else None)
 
     def drops(self, project: Project) -> bool:
         return not project.mentions_cuda or not project.cuda_near(self.module)
+
+
+class _WithFacts(Protocol):
+    """What `UnlessProjectOnCpu.here` reads of a walk's `Context` (whose
+    module imports this one)."""
+
+    facts: ModuleFacts | None
 
 
 @dataclass(frozen=True)
