@@ -20,7 +20,7 @@ class Related:
     cell: int | None = None
     cell_line: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         if self.cell is None:
             del data["cell"], data["cell_line"]
@@ -56,7 +56,7 @@ class Fix:
     message: str
     edits: tuple[Edit, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"applicability": self.applicability, "message": self.message,
                 "edits": [asdict(edit) for edit in self.edits]}
 
@@ -83,7 +83,8 @@ class Finding:
     #: (sorting and de-duplication ignore it)
     related: tuple[Related, ...] = field(default=(), compare=False)
     #: a `memlint.analysis.project.Condition` still to be decided once every
-    #: file of the project is known (None: the finding stands)
+    #: file of the project is known (None: the finding stands); Any, as this
+    #: module is below the analyses
     unless: Any = field(default=None, compare=False, repr=False)
     #: the rewrite that removes the finding, where a sound one exists
     fix: Fix | None = field(default=None, compare=False)
@@ -105,7 +106,7 @@ class Finding:
         """What to do instead: the message after its last `; `."""
         return message_parts(self.message)[2]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The JSON shape: the fields of DESIGN.md, `related` (always a list,
         often empty), `fix` (null when there is none), plus the cell for
         notebooks."""

@@ -21,6 +21,7 @@ history), None (cannot tell, e.g. a function parameter). Rules flag only True.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import libcst as cst
@@ -28,7 +29,7 @@ import libcst as cst
 from memlint.analysis.context import BindingSite, Context
 from memlint.analysis.devices import ModelPlacements
 from memlint.analysis.models import built_kind, called_kind
-from memlint.analysis.names import dotted_name
+from memlint.analysis.names import ImportTable, dotted_name
 from memlint.analysis.walker import children as children_of
 from memlint.analysis.torch_api import AUTOGRAD_ENTRY, FUNCTIONAL_LOSS
 
@@ -177,7 +178,7 @@ class AutogradValues:
                                    frozenset()).history
                 for name, values in self._returns.items()}
 
-    def _settle(self, value: Value, trust: bool, seen: frozenset) -> Value:
+    def _settle(self, value: Value, trust: bool, seen: frozenset[str]) -> Value:
         if value.history or not value.waits:
             return replace(value, waits=frozenset()) if value.waits else value
         parts = [Value(value.history)]
@@ -188,7 +189,7 @@ class AutogradValues:
         return replace(answer, scalar=True) if value.scalar and answer.history else answer
 
     def _result(self, key: str, index: int | None, guess: Value, trust: bool,
-                seen: frozenset) -> Value:
+                seen: frozenset[str]) -> Value:
         if key in seen:
             return UNKNOWN
         seen = seen | {key}
@@ -219,7 +220,8 @@ class AutogradValues:
     def depends_on(self, node: cst.BaseExpression, name: str) -> bool:
         """Whether `node` reads `name`, directly or through the bindings of the
         names it reads (`out = layer(h); h = h + out` depends on `h`)."""
-        pending, seen = [node], set()
+        pending = [node]
+        seen: set[str] = set()
         while pending and len(seen) < 64:
             expr = pending.pop()
             for read in names_in(expr):
@@ -239,16 +241,15 @@ class AutogradValues:
             return UNKNOWN
         seen = seen | {id(node)}
         depth += 1
-        node_type = type(node)
-        if node_type is cst.Name:
+        if type(node) is cst.Name:
             return self._trace_name(node.value, seen, depth)
-        if node_type is cst.Call:
+        if type(node) is cst.Call:
             return self._trace_call(node, seen, depth)
-        if node_type is cst.Attribute:
+        if type(node) is cst.Attribute:
             return self._trace_attribute(node, seen, depth)
-        if node_type is cst.Subscript:
+        if type(node) is cst.Subscript:
             return self._trace_subscript(node, seen, depth)
-        if node_type in _CLEAN_TYPES:
+        if type(node) in _CLEAN_TYPES:
             return CLEAN
         if isinstance(node, cst.BinaryOperation):
             return _combine([self._trace(node.left, seen, depth),
@@ -325,7 +326,8 @@ class AutogradValues:
             return replace(value, scalar=True)
         return Value(True, host=value.host) if value.history else value
 
-    def _trace_comprehension(self, node, seen: set[int], depth: int) -> Value:
+    def _trace_comprehension(self, node: cst.ListComp | cst.GeneratorExp | cst.SetComp,
+                             seen: set[int], depth: int) -> Value:
         value = self._trace(node.elt, seen, depth)
         if value.history is None and isinstance(node.elt, cst.Name):
             targets = names_in(node.for_in.target)
@@ -340,8 +342,9 @@ class AutogradValues:
         if self._returns_values_indices(source):
             return self._trace_call(source, seen, depth) if index == 0 else CLEAN
         callee = self._callee_kind(source.func)
-        guess = {"module": self._forward_result(source.func), "other": CLEAN,
-                 "loss": HISTORY_SCALAR if index == 0 else UNKNOWN}.get(callee, UNKNOWN)
+        guesses = {"module": self._forward_result(source.func), "other": CLEAN,
+                   "loss": HISTORY_SCALAR if index == 0 else UNKNOWN}
+        guess = guesses.get(callee, UNKNOWN) if callee is not None else UNKNOWN
         later = self._not_walked_yet(source.func)
         if later is not None:
             return Value(None, waits=frozenset({(later, index, guess)}))
@@ -475,9 +478,9 @@ class AutogradValues:
                 return None
         elif not isinstance(func, cst.Name):
             return None
-        key = _function_key(func)
-        if key in self._returns or self.ctx.binding(dotted_name(func)) is not None or \
-                self.ctx.qualify(func) is not None:
+        key, name = _function_key(func), dotted_name(func)
+        if key in self._returns or (name is not None and self.ctx.binding(name) is not None) \
+                or self.ctx.qualify(func) is not None:
             return None
         return key
 
@@ -522,7 +525,7 @@ class BackwardFlows:
     Built on demand, in one walk of the module, only for files with a store to
     judge."""
 
-    def __init__(self, module: cst.Module, names, wanted: set[int]) -> None:
+    def __init__(self, module: cst.Module, names: ImportTable, wanted: set[int]) -> None:
         self._names = names
         self._wanted = wanted
         self._positions: dict[int, int] = {}
@@ -567,20 +570,17 @@ class BackwardFlows:
                                         for start, end in flow.reach.get(name, ()))
 
     # -- the walk -----------------------------------------------------------
-    def _walk_scope(self, node: cst.CSTNode, body, params: list[str],
-                    class_name: str | None) -> None:
+    def _walk_scope(self, node: cst.CSTNode, body: Sequence[cst.CSTNode],
+                    params: list[str], class_name: str | None) -> None:
         name = node.name.value if isinstance(node, cst.FunctionDef) else None
         flow = _Flow(name, params, class_name)
         self._flows[id(node)] = flow
         if name is not None:
             self._by_name.setdefault(name, []).append(flow)
-        self._walk(body, flow, class_name)
+        for statement in body:
+            self._walk(statement, flow, class_name)
 
-    def _walk(self, node, flow: _Flow, class_name: str | None) -> None:
-        if isinstance(node, (list, tuple)):
-            for child in node:
-                self._walk(child, flow, class_name)
-            return
+    def _walk(self, node: cst.CSTNode, flow: _Flow, class_name: str | None) -> None:
         self._position += 1
         here = self._position
         if id(node) in self._wanted:
@@ -588,7 +588,7 @@ class BackwardFlows:
         if isinstance(node, cst.FunctionDef):
             params = [p.name.value for p in (*node.params.posonly_params, *node.params.params,
                                              *node.params.kwonly_params)]
-            self._walk_scope(node, node.body, params, class_name)
+            self._walk_scope(node, (node.body,), params, class_name)
             return
         if isinstance(node, cst.ClassDef):
             self._walk(node.body, flow, node.name.value)
@@ -640,7 +640,7 @@ class BackwardFlows:
             elif method == "clear" and container is not None:
                 flow.resets.add(container)
         if self._names.qualify(func) in AUTOGRAD_ENTRY:
-            flow.sinks.append((here, {r for a in args for r in self._reads(a.value)}))
+            flow.sinks.append((here, frozenset(r for a in args for r in self._reads(a.value))))
             return
         callee = _local_callee(func)
         if callee is not None:
@@ -649,10 +649,10 @@ class BackwardFlows:
                         if a.keyword is not None}
             flow.calls.append((here, callee, positional, keywords))
 
-    def _reads(self, node: cst.CSTNode) -> frozenset:
+    def _reads(self, node: cst.CSTNode) -> frozenset[Read]:
         """Names an expression reads, and `(callee, is_method)` for the results
         of same-module calls, not looking through `.detach()` and the like."""
-        found: set = set()
+        found: set[Read] = set()
         pending = [node]
         while pending:
             current = pending.pop()
@@ -666,7 +666,8 @@ class BackwardFlows:
                 if callee is not None:
                     found.add(callee)
             elif isinstance(current, (cst.Name, cst.Attribute)):
-                if isinstance(current, cst.Attribute) and current.attr.value in _DETACHED_ATTRIBUTES:
+                if isinstance(current, cst.Attribute) \
+                        and current.attr.value in _DETACHED_ATTRIBUTES:
                     continue
                 name = dotted_name(current)
                 if name is not None:
@@ -704,7 +705,7 @@ class BackwardFlows:
             if not changed:
                 return
 
-    def _seeds(self, flow: _Flow) -> list[tuple[int, frozenset]]:
+    def _seeds(self, flow: _Flow) -> list[tuple[int, frozenset[Read]]]:
         """What a backward reads here: its own operands, what is handed to a
         function that runs one (the ACER `compute_loss(policies, values)`),
         and what this function returns when its caller back-propagates it."""
@@ -716,14 +717,14 @@ class BackwardFlows:
             seeds.extend(flow.returns)
         return seeds
 
-    def _closure(self, flow: _Flow, seeds,
+    def _closure(self, flow: _Flow, seeds: Iterable[tuple[int, frozenset[Read]]],
                  results_used: set[str] | None = None) -> dict[str, set[tuple[int, int]]]:
         """Every name whose value flows into a seed, with the stretches of the
         walk (from its last whole rebinding, -1 for the function's entry, to the
         read) in which what is put into it gets there. `results_used` collects
         the same-module functions whose results flow in."""
         live: dict[str, set[tuple[int, int]]] = {}
-        pending: list[tuple[object, int]] = [(r, at) for at, reads in seeds for r in reads]
+        pending: list[tuple[Read, int]] = [(r, at) for at, reads in seeds for r in reads]
         while pending:
             item, before = pending.pop()
             if isinstance(item, tuple):
@@ -744,6 +745,11 @@ class BackwardFlows:
         return live
 
 
+#: what a value is built from: a name it reads, or `(callee, is_method)` for
+#: the result of a same-module call
+Read = str | tuple[str, bool]
+
+
 @dataclass
 class _Flow:
     """Flow-insensitive facts of one function, each with its walk position."""
@@ -752,21 +758,24 @@ class _Flow:
     params: list[str]
     class_name: str | None
     #: name -> (position, what it reads, whether it rebinds the whole name)
-    sources: dict[str, list[tuple[int, frozenset, bool]]] = field(default_factory=dict)
-    sinks: list[tuple[int, frozenset]] = field(default_factory=list)
-    calls: list = field(default_factory=list)
-    returns: list[tuple[int, frozenset]] = field(default_factory=list)
+    sources: dict[str, list[tuple[int, frozenset[Read], bool]]] = field(default_factory=dict)
+    sinks: list[tuple[int, frozenset[Read]]] = field(default_factory=list)
+    #: (position, (callee, is_method), what each positional and keyword argument reads)
+    calls: list[tuple[int, tuple[str, bool], list[frozenset[Read]],
+                      dict[str, frozenset[Read]]]] = field(default_factory=list)
+    returns: list[tuple[int, frozenset[Read]]] = field(default_factory=list)
     resets: set[str] = field(default_factory=set)
     runs_backward: bool = False  # itself or through a function it calls
     result_to_backward: bool = False  # a caller back-propagates what it returns
     reach: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
     return_sources: set[str] = field(default_factory=set)
 
-    def add(self, name: str, at: int, reads: frozenset, whole: bool) -> None:
+    def add(self, name: str, at: int, reads: frozenset[Read], whole: bool) -> None:
         self.sources.setdefault(name, []).append((at, reads, whole))
 
 
-#: What runs a backward: `loss.backward()`, `self.manual_backward(loss)`, `torch.autograd.grad(...)`.
+#: What runs a backward: `loss.backward()`, `self.manual_backward(loss)`,
+#: `torch.autograd.grad(...)`.
 BACKWARD_METHODS = {"backward", "manual_backward"}
 _GROWING_METHODS = {"append", "extend", "insert", "appendleft", "add", "update"}
 _DETACHING_METHODS = {"detach", "detach_", "item", "tolist", "numpy"}
@@ -828,7 +837,7 @@ def _resets_in(body: cst.BaseSuite) -> set[str]:
                     if name is not None and name not in reads:
                         found.add(name)
             elif isinstance(small, cst.Del):
-                found.update(_bound_names(small.target))
+                found.update(name for name, _ in _bound_names(small.target))
             elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and \
                     isinstance(small.value.func, cst.Attribute) and \
                     small.value.func.attr.value == "clear":

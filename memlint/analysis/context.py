@@ -10,8 +10,9 @@ reader of the code would assume too).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import libcst as cst
 
@@ -20,7 +21,18 @@ from memlint.analysis.project import ModuleFacts
 from memlint.analysis.torch_api import GRAD_MODE_SETTERS, GRAD_OFF_CONTEXTS, GRAD_ON_CONTEXTS
 
 
-T = TypeVar("T")
+class SharedAnalysis(Protocol):
+    """A module-wide analysis: one per file, made from the file's context."""
+
+    def __init__(self, ctx: Context) -> None: ...
+
+
+AnalysisT = TypeVar("AnalysisT", bound=SharedAnalysis)
+#: the context's bookkeeping for one node type; the node is of the type the
+#: hook is filed under in `_ENTER` / `_LEAVE`
+ContextHook = Callable[["Context", Any], None]
+#: a loop whose body runs per iteration
+Loop = cst.For | cst.While
 
 
 class BindingSite(NamedTuple):
@@ -34,7 +46,7 @@ class BindingSite(NamedTuple):
     alike, made in a third of the time (one per assignment)."""
 
     value: cst.BaseExpression
-    loops: tuple[cst.CSTNode, ...]
+    loops: tuple[Loop, ...]
     grad_enabled: bool
     unpacked_from: cst.BaseExpression | None = None
     unpacked_index: int | None = None
@@ -52,8 +64,8 @@ class Scope:
     node: cst.CSTNode
     bindings: dict[str, cst.BaseExpression] = field(default_factory=dict)
     sites: dict[str, BindingSite] = field(default_factory=dict)
-    loops: list[cst.CSTNode] = field(default_factory=list)
-    loop_targets: dict[str, cst.CSTNode] = field(default_factory=dict)
+    loops: list[Loop] = field(default_factory=list)
+    loop_targets: dict[str, cst.For] = field(default_factory=dict)
     grad: list[bool] = field(default_factory=list)  # innermost last; True = enabled
 
 
@@ -80,13 +92,14 @@ class Context:
         self._qualified: dict[int, tuple[cst.BaseExpression | None, str | None]] = {}
         self._qualified_at = -1
 
-    def shared(self, analysis_type: type[T]) -> T:
+    def shared(self, analysis_type: type[AnalysisT]) -> AnalysisT:
         """The one `analysis_type` of this file, made on first use (a rule asks
         for it in its constructor; the engine walks analyses before rules)."""
         analysis = self.analyses.get(analysis_type)
         if analysis is None:
-            analysis = self.analyses[analysis_type] = analysis_type(self)
-        return analysis  # type: ignore[return-value]
+            made = self.analyses[analysis_type] = analysis_type(self)
+            return made
+        return cast(AnalysisT, analysis)  # filed under its own type
 
     def close(self) -> None:
         """Drop the analyses, breaking their reference cycles (an analysis refers
@@ -126,7 +139,7 @@ class Context:
         return None
 
     @property
-    def loops(self) -> list[cst.CSTNode]:
+    def loops(self) -> list[Loop]:
         """Loops of the current function (or module) enclosing this point."""
         return self.scope.loops
 
@@ -168,9 +181,9 @@ class Context:
         for i, ancestor in enumerate(self.ancestors[:-1]):
             if type(ancestor) is not cst.If:
                 continue
-            negated = type(ancestor.test) is cst.UnaryOperation and \
-                type(ancestor.test.operator) is cst.Not
-            test = ancestor.test.expression if negated else ancestor.test
+            test, negated = ancestor.test, False
+            if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
+                test, negated = test.expression, True
             if not _tests_for_cuda(test):
                 continue
             in_else = self.ancestors[i + 1] is ancestor.orelse
@@ -211,7 +224,7 @@ class Context:
                 return None
         return qualified
 
-    def loop_target(self, name: str) -> cst.CSTNode | None:
+    def loop_target(self, name: str) -> cst.For | None:
         """The For loop that binds `name` as its target, if any encloses us."""
         for scope in reversed(self.scopes):
             loop = scope.loop_targets.get(name)
@@ -290,7 +303,7 @@ class Context:
             handler(self, node)
         self.ancestors.pop()
 
-    def enter_body(self, node: cst.CSTNode) -> None:
+    def enter_body(self, node: Loop) -> None:
         """Called when the walker reaches the body of a For/While."""
         self.scope.loops.append(node)
         if type(node) is cst.For:
@@ -300,7 +313,7 @@ class Context:
                 self._changes += 1
                 self.scope.sites.pop(name, None)
 
-    def leave_body(self, node: cst.CSTNode) -> None:
+    def leave_body(self, node: Loop) -> None:
         self.scope.loops.pop()
 
     def _enter_scope(self, node: cst.Module | cst.ClassDef | cst.Lambda) -> None:
@@ -320,13 +333,13 @@ class Context:
 
     def _enter_with(self, node: cst.With) -> None:
         modes = [self.grad_mode_of(item.item) for item in node.items]
-        modes = [m for m in modes if m is not None]
-        self.scope.grad.append(modes[-1] if modes else self._current_grad())
+        known = [m for m in modes if m is not None]
+        self.scope.grad.append(known[-1] if known else self._current_grad())
 
     def _leave_scope(self, node: cst.CSTNode) -> None:
         self.scopes.pop()
         self._changes += 1
-        if type(node) in _NAMED_SCOPES and self.scopes:
+        if (type(node) is cst.ClassDef or type(node) is cst.FunctionDef) and self.scopes:
             self.scope.bindings.pop(node.name.value, None)
 
     def _leave_with(self, node: cst.With) -> None:
@@ -344,7 +357,8 @@ class Context:
         """The grad mode a bare `torch.set_grad_enabled(False)` (or `True`)
         statement switches to from here on; None for any other statement."""
         call = statement.value
-        if isinstance(call, cst.Call) and self.names.qualify(call.func) in GRAD_MODE_SETTERS and call.args:
+        if isinstance(call, cst.Call) and self.names.qualify(call.func) in GRAD_MODE_SETTERS \
+                and call.args:
             return literal_bool(call.args[0].value)
         return None
 
@@ -359,8 +373,9 @@ class Context:
     def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression,
               unpacked: tuple[cst.BaseExpression, int, int] | None = None) -> None:
         # runs for every assignment target: exact types, no ABC isinstance misses
-        if type(target) in _SEQUENCES:
-            values = value.elements if type(value) in _SEQUENCES else None
+        if type(target) is cst.Tuple or type(target) is cst.List:
+            values = value.elements if type(value) is cst.Tuple or type(value) is cst.List \
+                else None
             for i, element in enumerate(target.elements):
                 inner = values[i].value if values is not None and i < len(values) else value
                 if values is not None:
@@ -394,7 +409,7 @@ class Context:
     def _branches(self) -> tuple[tuple[cst.If, cst.CSTNode], ...]:
         """The `if`/`elif`/`else` chains the current statement is in (within
         its function), each as its first `if` and the block of the branch taken."""
-        found = []
+        found: list[tuple[cst.If, cst.CSTNode]] = []
         ancestors = self.ancestors
         for i in range(len(ancestors) - 1, 0, -1):
             node = ancestors[i]
@@ -403,18 +418,19 @@ class Context:
                 break
             if node_type is cst.IndentedBlock and type(ancestors[i - 1]) in _BRANCH_NODES:
                 j = i - 1 if type(ancestors[i - 1]) is cst.If else i - 2
-                while j > 0 and type(ancestors[j - 1]) is cst.If \
-                        and ancestors[j - 1].orelse is ancestors[j]:
+                while j > 0:
+                    earlier = ancestors[j - 1]
+                    if type(earlier) is not cst.If or earlier.orelse is not ancestors[j]:
+                        break
                     j -= 1
-                if type(ancestors[j]) is cst.If:
-                    found.append((ancestors[j], node))
+                chain = ancestors[j]
+                if type(chain) is cst.If:
+                    found.append((chain, node))
         return tuple(found)
 
 
 _UNKNOWN = cst.Name("__memlint_unknown__")
 #: exact node types for the hot paths (none of these libcst classes has subclasses)
-_SEQUENCES = frozenset({cst.Tuple, cst.List})
-_NAMED_SCOPES = frozenset({cst.ClassDef, cst.FunctionDef})
 _SCOPE_NODES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _BRANCH_NODES = frozenset({cst.If, cst.Else})
 
@@ -427,7 +443,7 @@ def _other_branch(before: tuple[tuple[cst.If, cst.CSTNode], ...],
 
 
 def _target_names(target: cst.BaseExpression) -> list[str]:
-    if type(target) in _SEQUENCES:
+    if type(target) is cst.Tuple or type(target) is cst.List:
         return [n for element in target.elements for n in _target_names(element.value)]
     name = dotted_name(target)
     return [name] if name else []
@@ -467,7 +483,7 @@ def _leave_if(ctx: Context, node: cst.If) -> None:
     ctx._if_depth -= 1
 
 
-_ENTER = {
+_ENTER: dict[type, ContextHook] = {
     cst.Module: Context._enter_scope,
     cst.ClassDef: Context._enter_scope,
     cst.Lambda: Context._enter_scope,
@@ -477,7 +493,7 @@ _ENTER = {
     cst.Import: lambda ctx, node: ctx.names.add_import(node),
     cst.ImportFrom: lambda ctx, node: ctx.names.add_import_from(node),
 }
-_LEAVE = {
+_LEAVE: dict[type, ContextHook] = {
     cst.Module: Context._leave_scope,
     cst.ClassDef: Context._leave_scope,
     cst.Lambda: Context._leave_scope,
@@ -490,7 +506,7 @@ _LEAVE = {
 }
 
 
-def context_handlers(node_type: type) -> tuple:
+def context_handlers(node_type: type) -> tuple[ContextHook | None, ContextHook | None]:
     """The context's own (enter, leave) bookkeeping for a node type, each None
     when it has none: the walker calls them directly, once per node."""
     return _ENTER.get(node_type), _LEAVE.get(node_type)

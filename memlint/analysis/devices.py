@@ -81,11 +81,11 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
             return is_cuda_device(first.value, ctx, depth + 1) if first else None
         if qualified in CURRENT_CUDA_DEVICE:
             return True
-        name = dotted_name(node.func) or ""
+        function_name = dotted_name(node.func) or ""
         if (qualified or "").startswith("torch_xla") or \
-                set(re.split(r"[._]", name.lower())) & _OTHER_ACCELERATORS:
+                set(re.split(r"[._]", function_name.lower())) & _OTHER_ACCELERATORS:
             return False  # xm.xla_device(), torch_xla.device(), get_mps_device()
-        if "device" in name.rsplit(".", 1)[-1].lower():
+        if "device" in function_name.rsplit(".", 1)[-1].lower():
             return True  # get_device(), utils.get_device(), ...
         return None
     name = dotted_name(node)
@@ -182,7 +182,8 @@ class ModelPlacements:
             return
         name = dotted_name(func.value)
         if name is not None:
-            self._moves[(id(self.ctx.scope.node), name)] = _moved_onto_cuda(node, self.ctx)
+            self._moves[(id(self.ctx.scope.node), name)] = _moved_onto_cuda(
+                node, func.attr.value, self.ctx)
 
     def on_host(self, model: cst.BaseExpression) -> bool:
         """Whether the model `model` names was built in the current scope and is
@@ -200,7 +201,7 @@ class ModelPlacements:
         while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
                 and built.func.attr.value in _MODEL_CHAIN:
             if built.func.attr.value in ("to", "cuda", "cpu"):
-                return _moved_onto_cuda(built, self.ctx) is False
+                return _moved_onto_cuda(built, built.func.attr.value, self.ctx) is False
             built = built.func.value
         if not isinstance(built, cst.Call) or call_arg(built, "device") is not None \
                 or creates_on_cuda(built, self.ctx):
@@ -223,10 +224,10 @@ _UNMOVED = object()
 _MODEL_CHAIN = ("to", "cuda", "cpu", "eval", "train", "float", "double", "half")
 
 
-def _moved_onto_cuda(call: cst.Call, ctx: Context) -> bool | None:
-    """For `x.cuda()`, `x.cpu()`, `x.to(...)`: True onto a CUDA device, False
-    onto the CPU or not a move at all (`x.to(torch.float64)`), None unknown."""
-    method = call.func.attr.value
+def _moved_onto_cuda(call: cst.Call, method: str, ctx: Context) -> bool | None:
+    """For `x.cuda()`, `x.cpu()`, `x.to(...)` (`method` names which): True onto
+    a CUDA device, False onto the CPU or not a move at all
+    (`x.to(torch.float64)`), None unknown."""
     if method in ("cuda", "cpu"):
         return method == "cuda"
     target = call_arg(call, "device", position=0)
@@ -240,7 +241,8 @@ def _moved_onto_cuda(call: cst.Call, ctx: Context) -> bool | None:
 
 def made_on_cuda(value: cst.BaseExpression, ctx: Context) -> bool:
     """`x.cuda()`, `x.to(device)`, `torch.tensor(x, device="cuda")`."""
-    return isinstance(value, cst.Call) and (moves_to_cuda(value, ctx) or creates_on_cuda(value, ctx))
+    return isinstance(value, cst.Call) and (moves_to_cuda(value, ctx)
+                                            or creates_on_cuda(value, ctx))
 
 
 #: Methods whose result is on the device of the tensor they are called on.
@@ -275,8 +277,10 @@ class CudaReturns:
         if not isinstance(call.func, cst.Name) or self.ctx.binding(call.func.value) is not None:
             return False
         returns = self._returns.get(call.func.value)
+        if not returns:
+            return False
         position = 0 if index is None else index
-        return bool(returns) and all(
+        return all(
             len(r) > position and r[position] and (index is not None or len(r) == 1)
             for r in returns)
 

@@ -70,7 +70,8 @@ class FactCollector:
         methods, trains = self._functions.pop()
         calls = self.facts.method_calls
         for method, grad_off in methods:
-            if method != node.name.value:  # `def evaluate_actions(): return self.actor.evaluate_actions()`
+            # `def evaluate_actions(): return self.actor.evaluate_actions()`
+            if method != node.name.value:
                 calls[method] = calls.get(method, True) and (trains[0] or grad_off)
 
     @classmethod
@@ -125,8 +126,10 @@ class FactCollector:
 
     def _note_cuda_option(self, node: cst.Call) -> None:
         """`parser.add_argument("--cuda", action="store_true")`: CUDA only when asked."""
-        action = next((a.value for a in node.args if a.keyword and a.keyword.value == "action"), None)
-        default = next((a.value for a in node.args if a.keyword and a.keyword.value == "default"), None)
+        action = next((a.value for a in node.args
+                       if a.keyword and a.keyword.value == "action"), None)
+        default = next((a.value for a in node.args
+                        if a.keyword and a.keyword.value == "default"), None)
         if not (isinstance(action, cst.SimpleString) and action.evaluated_value == "store_true"):
             return
         if isinstance(default, cst.Name) and default.value == "True":

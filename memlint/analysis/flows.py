@@ -14,6 +14,7 @@ that function does in its own file.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -157,7 +158,7 @@ class ValueFlows:
         moved = moves_to_cuda(node, self.ctx) if receiver is not None else False
         imported = self.ctx.qualify(func)  # `from val_2D import test_single_volume`
         local = self._callee(func) if imported is None else None
-        if local is _MOVES_NOTHING:
+        if local is _Callee.MOVES_NOTHING:
             return
         for flow in flows:
             if receiver in flow.names:
@@ -181,9 +182,9 @@ class ValueFlows:
                 elif imported is None:
                     flow.unknown = True
 
-    def _callee(self, func: cst.BaseExpression):
+    def _callee(self, func: cst.BaseExpression) -> str | _Callee | None:
         """The function of this module a call runs (`net(x)` after `net =
-        linreg` runs `linreg`), or `_MOVES_NOTHING` for a module or loss built
+        linreg` runs `linreg`), or `_Callee.MOVES_NOTHING` for a module or loss built
         right here (`net = nn.Sequential(...)`, `criterion =
         nn.CrossEntropyLoss()`, `net = Net()`): calling one computes on its
         inputs where they are and moves none of them, unlike DataParallel and
@@ -196,7 +197,7 @@ class ValueFlows:
         built = unchained(bound)
         if built_kind(built, self.ctx) is None or "DataParallel" in _called_name(built):
             return func.value
-        return _MOVES_NOTHING
+        return _Callee.MOVES_NOTHING
 
     def _open_flows(self) -> list[Flow]:
         return [flow for flows in self._open.values() for flow in flows]
@@ -241,8 +242,9 @@ class ValueFlows:
         return facts
 
 
-#: What `ValueFlows._callee` answers for a call that moves none of its arguments.
-_MOVES_NOTHING = object()
+class _Callee(enum.Enum):
+    #: what `ValueFlows._callee` answers for a call that moves none of its arguments
+    MOVES_NOTHING = enum.auto()
 
 
 def _called_name(call: cst.BaseExpression) -> str:
@@ -264,7 +266,7 @@ def local_owner(ctx: Context, name: str) -> cst.FunctionDef | None:
 
 
 def _assigned_names(node: cst.Assign) -> set[str]:
-    names = set()
+    names: set[str] = set()
     for target in node.targets:
         name = dotted_name(target.target)
         names.update([name] if name is not None else names_in(target.target))
@@ -296,11 +298,10 @@ def part_of(value: cst.BaseExpression) -> str | None:
             value = value.args[0].value
         else:
             break
-    value_type = type(value)
-    if value_type is cst.Tuple or value_type is cst.List:
+    if type(value) is cst.Tuple or type(value) is cst.List:
         roots = {part_of(e.value) for e in value.elements}
         return roots.pop() if len(roots) == 1 else None
-    return root_name(value) if value_type in (cst.Name, cst.Subscript, cst.Attribute) \
+    return root_name(value) if type(value) in (cst.Name, cst.Subscript, cst.Attribute) \
         else None
 
 

@@ -20,8 +20,8 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import cuda_tensor_type, string_value
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.screens import CUDA_VISIBLE, SETS_ENVIRONMENT
-from memlint.analysis.torch_api import (CONTEXT_ON_CURRENT_DEVICE, DEVICE_FACTORY, DEVICE_GUARDS, LOADS,
-                                        RUNS_PER_GPU, SETS_CURRENT_DEVICE)
+from memlint.analysis.torch_api import (CONTEXT_ON_CURRENT_DEVICE, DEVICE_FACTORY, DEVICE_GUARDS,
+                                        LOADS, RUNS_PER_GPU, SETS_CURRENT_DEVICE)
 
 #: Environment variables a launcher sets per process.
 _RANK_VARIABLES = {"LOCAL_RANK", "RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -51,8 +51,9 @@ def selects_a_gpu(node: cst.CSTNode, ctx: Context) -> str | None:
     """What in `node` shows the program picks a GPU per process (None if
     nothing): a launcher's rank read from the environment or a process group
     (the whole program runs as ranks), or a CUDA device indexed by a
-    variable (`BY_INDEX`: a choice made where it is written). `torch.cuda.set_device` alone is not one: a DataLoader
-    worker's `worker_init_fn` may call it, and the main process picks nothing."""
+    variable (`BY_INDEX`: a choice made where it is written).
+    `torch.cuda.set_device` alone is not one: a DataLoader worker's
+    `worker_init_fn` may call it, and the main process picks nothing."""
     if type(node) is cst.Subscript:
         return "reads the rank its launcher set" if _environ_key(node, ctx) in _RANK_VARIABLES \
             else None
@@ -212,10 +213,10 @@ def single_process_test(test: cst.BaseExpression) -> bool | None:
             return True if True in sides else False if False in sides else None
         return None
     if type(test) is cst.Call:
-        name = dotted_name(test.func) or ""
-        if _MAIN_PROCESS_CALLS.search(name.rsplit(".", 1)[-1]):
+        function_name = dotted_name(test.func) or ""
+        if _MAIN_PROCESS_CALLS.search(function_name.rsplit(".", 1)[-1]):
             return True
-        if name.rsplit(".", 1)[-1] == "is_initialized":
+        if function_name.rsplit(".", 1)[-1] == "is_initialized":
             return False
         return None
     name = dotted_name(test)
@@ -246,7 +247,8 @@ def single_process_test(test: cst.BaseExpression) -> bool | None:
             return False
         return None
     if "world_size" in last or last in ("num_gpus", "ngpus", "world"):
-        if operator is cst.Equal and right == {1} or operator is cst.LessThanEqual and right == {1} \
+        if operator is cst.Equal and right == {1} \
+                or operator is cst.LessThanEqual and right == {1} \
                 or operator is cst.LessThan and right == {2}:
             return True
         if operator is cst.GreaterThan and right == {1}:
@@ -270,9 +272,14 @@ def in_single_process_arm(ctx: Context) -> bool:
 
 def _number_set(node: cst.BaseExpression) -> set[int] | None:
     """`0` -> {0}, `-1` -> {-1}, `(-1, 0)` / `[-1, 0]` -> {-1, 0}."""
-    if type(node) in (cst.Tuple, cst.List, cst.Set):
-        values = [_number_set(e.value) for e in node.elements]
-        return None if None in values else set().union(*values)
+    if type(node) is cst.Tuple or type(node) is cst.List or type(node) is cst.Set:
+        numbers: set[int] = set()
+        for element in node.elements:
+            part = _number_set(element.value)
+            if part is None:
+                return None
+            numbers |= part
+        return numbers
     if type(node) is cst.Integer:
         return {int(node.value)}
     if type(node) is cst.UnaryOperation and type(node.operator) is cst.Minus \

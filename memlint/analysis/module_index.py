@@ -76,7 +76,8 @@ class ModuleIndex:
         self.escaped: list[tuple[cst.BaseExpression, str | None]] = []
         self._stack: list[FunctionInfo | ClassInfo] = []
         self._grad_off_entries = 0
-        self._subclasses: dict = {}
+        #: per class name: (how many classes were known then, its subclasses)
+        self._subclasses: dict[str, tuple[int, list[ClassInfo]]] = {}
         self._grad_off_by_callers: set[FunctionInfo] | None = None
         self._sites_by_callee: dict[FunctionInfo, list[CallSite]] | None = None
 
@@ -117,7 +118,8 @@ class ModuleIndex:
         return self.ctx.grad_disabled or self._grad_off_entries > 0
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        info = ClassInfo(node, node.name.value, [arg.value for arg in node.bases if arg.keyword is None])
+        info = ClassInfo(node, node.name.value,
+                         [arg.value for arg in node.bases if arg.keyword is None])
         self.classes.setdefault(info.name, info)
         self._stack.append(info)
 
@@ -127,7 +129,8 @@ class ModuleIndex:
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         owner = self._stack[-1] if self._stack else None
         info = FunctionInfo(node, node.name.value, parent=self.current,
-                            grad_off_decorator=any(names_grad_off(d.decorator) for d in node.decorators))
+                            grad_off_decorator=any(names_grad_off(d.decorator)
+                                                   for d in node.decorators))
         if isinstance(owner, ClassInfo):
             info.class_name = owner.name
             owner.methods.setdefault(info.name, info)
@@ -148,6 +151,7 @@ class ModuleIndex:
 
     def _leave_function(self) -> None:
         info = self._stack.pop()
+        assert isinstance(info, FunctionInfo)  # a function's own entry, pushed by `_enter`
         if info.grad_off_decorator:
             self._grad_off_entries -= 1
 
@@ -195,7 +199,8 @@ class ModuleIndex:
         if known is None or known[0] != len(self.classes):
             known = self._subclasses[class_name] = (len(self.classes), [
                 info for info in self.classes.values()
-                if info.name != class_name and any(c.name == class_name for c in self.lineage(info.name))])
+                if info.name != class_name
+                and any(c.name == class_name for c in self.lineage(info.name))])
         yield from known[1]
 
     def methods_named(self, class_name: str, method: str) -> list[FunctionInfo]:
@@ -216,7 +221,8 @@ class ModuleIndex:
         """
         if isinstance(expr, cst.Name):
             return list(self.functions_by_name.get(expr.value, ()))
-        if isinstance(expr, cst.Call) and self.ctx.names.qualify(expr.func) in PARTIALS and expr.args:
+        if isinstance(expr, cst.Call) and self.ctx.names.qualify(expr.func) in PARTIALS \
+                and expr.args:
             return self.resolve_reference(expr.args[0].value, class_name, loose)
         if not isinstance(expr, cst.Attribute):
             return []
@@ -225,7 +231,8 @@ class ModuleIndex:
         if isinstance(owner, cst.Name) and owner.value in ("self", "cls") and class_name:
             return self.methods_named(class_name, method)
         if isinstance(owner, cst.Call) and dotted_name(owner.func) == "super" and class_name:
-            return [f for c in list(self.lineage(class_name))[1:] for f in [c.methods.get(method)] if f]
+            return [f for c in list(self.lineage(class_name))[1:]
+                    for f in [c.methods.get(method)] if f]
         if isinstance(owner, cst.Name) and owner.value in self.classes:
             return self.methods_named(owner.value, method)
         if loose:
@@ -280,7 +287,7 @@ class ModuleIndex:
         found: dict[FunctionInfo, int] = {}
         frontier = [entry]
         for level in range(depth + 1):
-            next_frontier = []
+            next_frontier: list[FunctionInfo] = []
             for function in frontier:
                 for unit in (function, *_lambdas_in(function)):
                     if unit in found:

@@ -11,8 +11,6 @@ import libcst as cst
 from memlint.analysis.torch_api import STAR_EXPORTS
 
 
-
-
 def dotted_name(node: cst.BaseExpression | None) -> str | None:
     """`a.b.c` for a chain of names and attributes, else None.
 
@@ -23,21 +21,18 @@ def dotted_name(node: cst.BaseExpression | None) -> str | None:
     `__hash__`). The name is built from the right by concatenation, with the
     classes bound at module level: half the time of collecting the parts in a
     list and joining them reversed (chains are two or three names long)."""
-    node_type = type(node)
-    if node_type is _NAME:
-        return node.value
-    if node_type is not _ATTRIBUTE:
-        return None
-    name = node.attr.value
-    node = node.value
-    node_type = type(node)
-    while node_type is _ATTRIBUTE:
-        name = f"{node.attr.value}.{name}"
+    if type(node) is _ATTRIBUTE:
+        name = node.attr.value
         node = node.value
-        node_type = type(node)
-    if node_type is not _NAME:
-        return None
-    return f"{node.value}.{name}"
+        while type(node) is _ATTRIBUTE:
+            name = f"{node.attr.value}.{name}"
+            node = node.value
+        if type(node) is not _NAME:
+            return None
+        return f"{node.value}.{name}"
+    if type(node) is _NAME:
+        return node.value
+    return None
 
 
 _NAME, _ATTRIBUTE = cst.Name, cst.Attribute
@@ -45,8 +40,6 @@ _NAME, _ATTRIBUTE = cst.Name, cst.Attribute
 
 def _module_path(node: cst.BaseExpression) -> str:
     return dotted_name(node) or ""
-
-
 
 
 #: Names that only ever mean these modules, also when another module's

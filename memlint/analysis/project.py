@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from memlint.analysis.source_lines import LINE_BREAK
 from memlint.finding import Finding, Related
@@ -267,11 +267,18 @@ class UnlessProjectOnCpu(Condition):
     module: str | None = None
 
     @classmethod
-    def here(cls, ctx) -> UnlessProjectOnCpu:
+    def here(cls, ctx: _WithFacts) -> UnlessProjectOnCpu:
         return cls(ctx.facts.module if ctx.facts is not None else None)
 
     def drops(self, project: Project) -> bool:
         return not project.mentions_cuda or not project.cuda_near(self.module)
+
+
+class _WithFacts(Protocol):
+    """What `UnlessProjectOnCpu.here` reads of a walk's `Context` (whose
+    module imports this one)."""
+
+    facts: ModuleFacts | None
 
 
 @dataclass(frozen=True)
@@ -386,7 +393,8 @@ class UnlessHelpersKeepBatchesOnHost(Condition):
     is the project's and keeps what it is given on the host (turns it into
     numpy, builds new tensors)."""
 
-    #: each function as imported (`val_2D.test_single_volume`) and the argument (position or keyword)
+    #: each function as imported (`val_2D.test_single_volume`) and the argument
+    #: (position or keyword)
     helpers: tuple[tuple[str, int | str], ...]
 
     def drops(self, project: Project) -> bool:
@@ -661,8 +669,8 @@ class Project:
     def defining(self, importer: str, imported: str, function: str) -> list[ModuleFacts]:
         """The facts of the checked modules that `importer` names as
         `imported` and that define `function` at top level."""
-        return [facts for facts in map(self._by_name.get, self._resolve_import(importer, imported))
-                if function in facts.defines]
+        named = (self._by_name[target] for target in self._resolve_import(importer, imported))
+        return [facts for facts in named if function in facts.defines]
 
     def settle(self, findings: Iterable[Finding]) -> list[Finding]:
         """The findings that stand once the project is known, sorted."""
@@ -674,7 +682,7 @@ class Project:
         """For each other file whose DataLoaders run `module.function` in their
         workers: whether all of them there run in the main process."""
         parts = module.split(".")
-        found = []
+        found: list[bool] = []
         for facts in self.modules:
             if facts.module != module:
                 found.extend(main_process for callee, main_process in facts.worker_functions.items()
@@ -686,7 +694,7 @@ class Project:
         import (`from utils import evaluate`, `import pkg.utils as u`,
         `from .utils import evaluate`); matched on the module path's tail, as
         the root a file was imported from is not known."""
-        found = []
+        found: list[tuple[ModuleFacts, CallFact]] = []
         parts = module.split(".")
         for facts in self.modules:
             if facts.module == module:

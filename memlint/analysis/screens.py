@@ -23,8 +23,9 @@ SELECTION_MARKERS = ("rank", "gpu", "device_id", "cuda:", "slurm_localid",
 #: Text every use of the current CUDA device contains: `.cuda()` or
 #: `.cuda(keyword=...)`, a `"cuda"` string (also where a name is bound to
 #: it), the context-making calls, a torch.cuda tensor type.
-_DEFAULT_USE_MARKER = re.compile(r"""\.cuda\(\s*(?:\)|\w+\s*=)|["']\s*(?i:cuda)\s*["']|synchronize|"""
-                                 r"""mem_get_info|Stream|cuda\.\w*Tensor|torch\.cuda import""")
+_DEFAULT_USE_MARKER = re.compile(r"""\.cuda\(\s*(?:\)|\w+\s*=)|["']\s*(?i:cuda)\s*["']|"""
+                                 r"""synchronize|mem_get_info|Stream|cuda\.\w*Tensor|"""
+                                 r"""torch\.cuda import""")
 
 
 def may_use_default_device(source: str) -> bool:

@@ -11,11 +11,12 @@ iterations the container survives.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import libcst as cst
 
-from memlint.analysis.context import Context
+from memlint.analysis.context import Context, Loop
 from memlint.analysis.names import dotted_name
 from memlint.analysis.torch_api import CONCATENATIONS, INDEX_RANGES
 
@@ -60,8 +61,7 @@ class StoresAt:
 def stores_at(node: cst.CSTNode, ctx: Context) -> list[Store]:
     """The stores a statement-level Call (`xs.append(v)`), AugAssign
     (`total += v`) or Assign (`acc = torch.cat((acc, v))`) makes."""
-    node_type = type(node)
-    if node_type is cst.Call:
+    if type(node) is cst.Call:
         func = node.func
         if not isinstance(func, cst.Attribute) or func.attr.value not in STORING_METHODS \
                 or not isinstance(ctx.parent, cst.Expr):
@@ -72,12 +72,12 @@ def stores_at(node: cst.CSTNode, ctx: Context) -> list[Store]:
             return []
         return [Store(node, func.value, positional[position].value,
                       STORING_METHODS[func.attr.value])]
-    if node_type is cst.AugAssign:
+    if type(node) is cst.AugAssign:
         if not isinstance(node.operator, (cst.AddAssign, cst.SubtractAssign)):
             return []
         verb = "add" if isinstance(node.operator, cst.AddAssign) else "subtract"
         return [Store(node, node.target, node.value, verb, node.target)]
-    if node_type is cst.Assign and len(node.targets) == 1:
+    if type(node) is cst.Assign and len(node.targets) == 1:
         target = node.targets[0].target
         name = dotted_name(target)
         if name is None:
@@ -87,21 +87,21 @@ def stores_at(node: cst.CSTNode, ctx: Context) -> list[Store]:
     return []
 
 
-def _accumulated_parts(name: str, value: cst.BaseExpression, ctx: Context):
+def _accumulated_parts(name: str, value: cst.BaseExpression,
+                       ctx: Context) -> Iterator[tuple[cst.BaseExpression, str]]:
     """`acc + t` / `t + acc` / `torch.cat((acc, t))`, also as one arm of
     `t if acc is None else torch.cat((acc, t))`: the parts added to `acc`."""
-    value_type = type(value)
-    if value_type is cst.IfExp:
+    if type(value) is cst.IfExp:
         yield from _accumulated_parts(name, value.body, ctx)
         yield from _accumulated_parts(name, value.orelse, ctx)
-    elif value_type is cst.BinaryOperation and type(value.operator) in (cst.Add, cst.Subtract):
+    elif type(value) is cst.BinaryOperation and type(value.operator) in (cst.Add, cst.Subtract):
         if dotted_name(value.left) == name:
             yield value.right, "add"
         elif dotted_name(value.right) == name and isinstance(value.operator, cst.Add):
             yield value.left, "add"
-    elif value_type is cst.Call and ctx.qualify(value.func) in CONCATENATIONS \
-            and value.args and isinstance(value.args[0].value, (cst.Tuple, cst.List)):
-        elements = [e.value for e in value.args[0].value.elements]
+    elif type(value) is cst.Call and ctx.qualify(value.func) in CONCATENATIONS \
+            and value.args and isinstance(sequence := value.args[0].value, (cst.Tuple, cst.List)):
+        elements = [e.value for e in sequence.elements]
         if any(dotted_name(e) == name for e in elements):
             for element in elements:
                 if dotted_name(element) != name:
@@ -115,7 +115,7 @@ def container_name(node: cst.BaseExpression) -> str | None:
     return dotted_name(node)
 
 
-def outlived_loops(ctx: Context, owner: str) -> list[cst.CSTNode]:
+def outlived_loops(ctx: Context, owner: str) -> list[Loop]:
     """The enclosing loops whose iterations the container `owner` survives:
     none when it is (re)bound in the body of the innermost loop."""
     if ctx.loop_target(owner) is not None and ctx.binding(owner) is None:
@@ -125,18 +125,18 @@ def outlived_loops(ctx: Context, owner: str) -> list[cst.CSTNode]:
     return [loop for loop in ctx.loops if not any(loop is b for b in bound_in)]
 
 
-def loop_header(loop: cst.CSTNode) -> str:
+def loop_header(loop: cst.For) -> str:
     """`x, y in loader` for a For loop, as written (whitespace folded)."""
     return code(loop.target, limit=200) + " in " + code(loop.iter, limit=200)
 
 
-def is_data_loop(loop: cst.CSTNode) -> bool:
+def is_data_loop(loop: Loop) -> bool:
     """A loop over batches, epochs or steps (`for x, y in loader`, `while True`),
     not over the heads, scales or blocks of one model."""
     return isinstance(loop, cst.While) or _DATA_LOOP.search(loop_header(loop)) is not None
 
 
-def reads_across_batches(loop: cst.CSTNode) -> bool:
+def reads_across_batches(loop: Loop) -> bool:
     """What a loop's header says: over batches, epochs or steps, not the time
     steps, feature levels or items of one batch."""
     return isinstance(loop, cst.While) or _ACROSS_BATCHES.search(loop_header(loop)) is not None

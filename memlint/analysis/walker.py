@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Literal, Optional, get_origin
+from typing import Any, Literal, Optional, get_origin
 
 import libcst as cst
 
-from memlint.analysis.context import Context, context_handlers
+from memlint.analysis.context import Context, ContextHook, context_handlers
 
 _SKIPPED_FIELDS = {"lpar", "rpar", "leading_lines", "lines_after_decorators", "header",
                    "footer", "comma", "semicolon", "equal", "colon", "dot", "star",
@@ -69,7 +69,8 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
 #: Visited, but never entered: no rule looks inside a type annotation, and the
 #: context reads an import statement whole (together ~11% of a model file's nodes).
 _OPAQUE_TYPES = (cst.Annotation, cst.Import, cst.ImportFrom)
-Handlers = dict[type, list[Callable[[cst.CSTNode], None]]]
+Handler = Callable[[cst.CSTNode], None]
+Handlers = dict[type, list[Handler]]
 #: rule classes -> [(node type, method name)], so a file's handler tables are
 #: built without `dir()` over every rule class
 _handler_names: dict[tuple[type, str], list[tuple[type, str]]] = {}
@@ -105,6 +106,11 @@ _FOR, _WHILE = ("for",), ("while",)
 _SKIP = None
 #: stack entry: leave the node on top of `ctx.ancestors`, nothing else to do
 _POP = object()
+#: what the walk does with a node type: (visit handlers, context enter, leave
+#: action or None, child fields last first, or `_FOR` / `_WHILE`)
+Plan = tuple[tuple[Handler, ...], ContextHook | None, Handler | None, tuple[str, ...]]
+#: what a plan takes from the node type alone: (context enter, context leave, fields)
+Shape = tuple[ContextHook | None, ContextHook | None, tuple[str, ...]]
 
 
 def walk(module: cst.Module, ctx: Context, visitors: Handlers, leavers: Handlers) -> None:
@@ -121,8 +127,10 @@ def walk(module: cst.Module, ctx: Context, visitors: Handlers, leavers: Handlers
     """
     ancestors = ctx.ancestors
     push_ancestor, pop_ancestor = ancestors.append, ancestors.pop
-    plans: dict[type, tuple | None] = {}
-    stack: list = [module]
+    plans: dict[type, Plan | None] = {}
+    # nodes, `_POP` and (action, node) pairs, told apart by exact type, which
+    # mypy cannot narrow an item by; Any lets the loop read For/While fields
+    stack: list[Any] = [module]
     pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
         item = pop()
@@ -175,10 +183,11 @@ def walk(module: cst.Module, ctx: Context, visitors: Handlers, leavers: Handlers
                 push(value)
 
 
-def _plan(node_type: type, ctx: Context, visitors: Handlers, leavers: Handlers) -> tuple | None:
+def _plan(node_type: type, ctx: Context, visitors: Handlers, leavers: Handlers) -> Plan | None:
     """(visit handlers, context enter, leave action or None, child fields last first)."""
-    shape = _shapes.get(node_type, _UNSEEN)
-    if shape is _UNSEEN:
+    try:
+        shape = _shapes[node_type]
+    except KeyError:
         shape = _shapes[node_type] = _shape(node_type)
     if shape is None:
         return _SKIP
@@ -202,16 +211,15 @@ def _plan(node_type: type, ctx: Context, visitors: Handlers, leavers: Handlers) 
 
 #: what a plan takes from the node type alone, the same in every walk: None
 #: for values that are not nodes, else (context enter, context leave, fields)
-_shapes: dict[type, tuple | None] = {}
-_UNSEEN = object()
+_shapes: dict[type, Shape | None] = {}
 
 
-def _shape(node_type: type) -> tuple | None:
+def _shape(node_type: type) -> Shape | None:
     if not issubclass(node_type, cst.CSTNode):
         return None
     enter, context_leave = context_handlers(node_type)
     if node_type in _OPAQUE_TYPES:
-        fields: tuple = ()
+        fields: tuple[str, ...] = ()
     elif node_type is cst.For:
         fields = _FOR
     elif node_type is cst.While:

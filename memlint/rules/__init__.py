@@ -12,8 +12,15 @@ entry has its class: both checked when the classes load.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from memlint.rules.catalogue import CATALOGUE, PACKAGES_BY_CODE
+
+if TYPE_CHECKING:  # made by `__getattr__` on first use
+    from memlint.rules.base import Rule
+
+    ALL_RULES: list[type[Rule]]
+    RULES_BY_CODE: dict[str, type[Rule]]
 
 SYNTAX_ERROR_CODE = "MEM000"
 SYNTAX_ERROR_NAME = "syntax-error"
@@ -27,7 +34,7 @@ SEVERITY_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: "error",
                                     **{entry.code: entry.severity for entry in CATALOGUE}}
 
 
-def _load() -> list:
+def _load() -> list[type[Rule]]:
     from memlint.rules.base import Rule
 
     for entry in CATALOGUE:
@@ -40,7 +47,7 @@ def _load() -> list:
     return rules
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     """`ALL_RULES` and `RULES_BY_CODE`, loaded on first use."""
     if name in ("ALL_RULES", "RULES_BY_CODE"):
         rules = _load()

@@ -10,15 +10,19 @@ at comments.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import ClassVar, NamedTuple
 
 import libcst as cst
 
 from memlint.analysis.context import Context
-from memlint.analysis.project import Condition
+from memlint.analysis.project import Condition, ModuleFacts
 from memlint.rules.catalogue import ENTRIES_BY_CODE
 from memlint.rules.entry import RuleEntry
+
+
+#: a rule's options from the configuration, checked against its `OPTIONS`
+RuleOptions = Mapping[str, object]
 
 
 class FixPlan(NamedTuple):
@@ -45,15 +49,15 @@ class Rule:
     VALID: ClassVar[list[str]] = []
     INVALID: ClassVar[list[str]] = []
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls.entry = ENTRIES_BY_CODE[cls.code]
         cls.name, cls.severity, cls.keywords = cls.entry.name, cls.entry.severity, \
             cls.entry.keywords
 
-    def __init__(self, ctx: Context, options: dict | None = None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         self.ctx = ctx
-        self.options = options or {}
+        self.options: RuleOptions = options or {}
         self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str, Condition | None,
                                  tuple[tuple[cst.CSTNode, str], ...], FixPlan | None]] = []
 
@@ -69,6 +73,14 @@ class Rule:
         `fix` is the rewrite that removes it, where a sound one exists."""
         self.reports.append((node, statement or self.statement(), message, unless,
                              tuple(related), fix))
+
+    @property
+    def facts(self) -> ModuleFacts:
+        """What this file tells the rest of the project (`ctx.facts`): always
+        there for a rule, which the engine walks together with the collector."""
+        facts = self.ctx.facts
+        assert facts is not None, "rules are walked with a FactCollector"
+        return facts
 
     def statement(self) -> cst.CSTNode | None:
         """The innermost statement enclosing the current node."""

@@ -157,7 +157,7 @@ def run(spec: dict) -> dict:
     from memlint.verify.instrument import PROBE_NAME, instrument
     from memlint.verify import meters as meter_classes
     from memlint.verify.judges import rule_verify
-    from memlint.verify.meters import Device, WorkerHitsMeter
+    from memlint.verify.meters import Device, Meter, WorkerHitsMeter
 
     script = os.path.abspath(spec["script"])
     device = Device(_existing(spec.get("device")))
@@ -176,11 +176,12 @@ def run(spec: dict) -> dict:
     findings = [(f["id"], f["line"], f["code"]) for f in spec["findings"]]
     instrumented = instrument(source, script, findings)
 
-    meters: dict[int, object] = {}
-    meters_by_key: dict[int, list] = {}
+    meters: dict[int, Meter] = {}
+    meters_by_key: dict[int, list[Meter]] = {}
     for statement in instrumented.statements:
         for finding_id, code in statement.findings:
             meter_type = getattr(meter_classes, rule_verify(code).METER)
+            meter: Meter
             if meter_type is WorkerHitsMeter:
                 meter = WorkerHitsMeter(device, spec.get("hits_path"), finding_id)
             else:
@@ -222,7 +223,7 @@ def run(spec: dict) -> dict:
 
     main = types.ModuleType("__main__")
     main.__file__ = script
-    main.__builtins__ = builtins
+    main.__dict__["__builtins__"] = builtins
     saved_main = sys.modules["__main__"]
     sys.modules["__main__"] = main
     sys.argv = [script, *spec.get("args", [])]

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+from typing import overload
 
 from memlint.engine.config import (ConfigError, apply_overrides, common_parent, find_pyproject,
                             load_settings, parse_codes)
@@ -77,6 +78,12 @@ def _settings(options: argparse.Namespace) -> Settings:
     ignore = parse_codes(options.ignore, "--ignore", ignoring=True) \
         if options.ignore is not None else None
     return apply_overrides(settings, select=select, ignore=ignore)
+
+
+@overload
+def _per_script(path: str, script: str, several: bool) -> str: ...
+@overload
+def _per_script(path: None, script: str, several: bool) -> None: ...
 
 
 def _per_script(path: str | None, script: str, several: bool) -> str | None:

@@ -46,7 +46,8 @@ class FixEffect:
         if self.before is None and self.after is None:
             return f"{self.what}: not measured in either run (the line never ran)"
         text = f"{self.what}: {_amount(self.before, self.unit)} -> {_amount(self.after, self.unit)}"
-        if self.saved is None:
+        saved = self.saved  # None exactly when `before` or `after` is
+        if saved is None or self.before is None or self.after is None:
             return text
         if self.unit == "GB/s":
             return text + (f" ({self.after / self.before:.1f}x faster)" if self.before else "")
@@ -130,6 +131,7 @@ def compare_fixes(path: str, findings: list[Finding], options: Options,
     by_line = {(v.finding.code, v.finding.line): v for v in after.verified}
     effects = []
     for finding, moved_finding in zip(fixed, moved):
+        assert finding.fix is not None  # only fixed findings are compared
         before_numbers = _numbers(before.verified, finding)
         quantity = _quantity(finding.code, before_numbers)
         if quantity is None:

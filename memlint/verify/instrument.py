@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from types import CodeType
 
 PROBE_NAME = "__memlint_probe__"
 
@@ -41,7 +42,7 @@ class ProbedStatement:
 
 @dataclass
 class Instrumented:
-    code: object  #: a code object compiled with the script's own file name
+    code: CodeType  #: compiled with the script's own file name
     statements: list[ProbedStatement]
     #: finding id -> why no probe could be placed on its line
     unprobed: dict[int, str]
@@ -105,8 +106,9 @@ def _probe_call(method: str, key: int, where: ast.stmt) -> ast.stmt:
         func=ast.Attribute(ast.Name(PROBE_NAME, ast.Load()), method, ast.Load()),
         args=[ast.Constant(key)], keywords=[]))
     for node in ast.walk(call):
-        ast.copy_location(node, where)
-        node.end_lineno, node.end_col_offset = where.lineno, where.col_offset
+        if isinstance(node, (ast.expr, ast.stmt)):  # not `Load()`, which has no position
+            ast.copy_location(node, where)
+            node.end_lineno, node.end_col_offset = where.lineno, where.col_offset
     return call
 
 
@@ -145,8 +147,8 @@ def instrument(source: str, filename: str,
         by_statement[keys[id(chosen)]].findings.append((finding_id, code))
     tree = _Wrapper(keys).visit(tree)
     ast.fix_missing_locations(tree)
-    code = compile(tree, filename, "exec", dont_inherit=True)
-    return Instrumented(code, list(by_statement.values()), unprobed)
+    compiled = compile(tree, filename, "exec", dont_inherit=True)
+    return Instrumented(compiled, list(by_statement.values()), unprobed)
 
 
 def accumulator_of(stmt: ast.stmt) -> str | None:

@@ -10,9 +10,10 @@ only read numbers; they never estimate one that was not measured.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 from memlint.rules.catalogue import PACKAGES_BY_CODE
 
@@ -20,6 +21,12 @@ CONFIRMED = "confirmed"
 NOT_CONFIRMED = "not-confirmed"
 NOT_REACHED = "not-reached"
 ERROR = "error"
+
+#: what a meter recorded for one flagged line, as read back from the child's
+#: JSON: which keys it has depends on the meter
+Record = dict[str, Any]
+#: what a judge read from a record, for the report and a fix's effect (JSON values)
+Numbers = dict[str, Any]
 
 #: share of steps in which memory must not shrink for growth to be "steady"
 STEADY_SHARE = 0.75
@@ -29,7 +36,7 @@ STEADY_SHARE = 0.75
 class Judgement:
     verdict: str
     measured: str
-    numbers: dict = field(default_factory=dict)
+    numbers: Numbers = field(default_factory=dict)
 
 
 @dataclass
@@ -38,10 +45,10 @@ class RunFacts:
 
     min_bytes: int
     device: str
-    outcome: dict = field(default_factory=dict)
-    contexts: dict | None = None  #: ContextWatcher.stop()
+    outcome: dict[str, Any] = field(default_factory=dict)  #: the child's, from its JSON
+    contexts: dict[str, Any] | None = None  #: ContextWatcher.stop(), through JSON
     worker_hits: int = 0  #: executions of this finding's line in worker processes
-    worker_errors: list = field(default_factory=list)  #: what it raised there
+    worker_errors: list[str] = field(default_factory=list)  #: what it raised there
 
 
 @dataclass(frozen=True)
@@ -49,12 +56,12 @@ class Quantity:
     """What a rule's fix should lower (or raise), read from its judge's numbers."""
 
     what: str
-    read: Callable[[dict], float | None]
+    read: Callable[[Numbers], float | None]
     unit: str  # "bytes", "GB/s" or "graph nodes"
     lower_is_better: bool = True
     #: whether this is the quantity a run's finding was confirmed on (a rule
     #: confirmed on host graph nodes compares nodes, not device bytes)
-    applies: Callable[[dict], bool] = lambda numbers: True
+    applies: Callable[[Numbers], bool] = lambda numbers: True
 
 
 def human_bytes(size: float) -> str:
@@ -67,7 +74,7 @@ def human_bytes(size: float) -> str:
     return f"{sign}{size:.2f} GiB"
 
 
-def size_range(sizes) -> str:
+def size_range(sizes: Iterable[float]) -> str:
     """`612.00 MiB`, or `518.00 MiB-612.00 MiB` when the sizes differ."""
     ordered = sorted(sizes)
     if ordered[0] == ordered[-1]:
@@ -75,7 +82,7 @@ def size_range(sizes) -> str:
     return f"{human_bytes(ordered[0])}-{human_bytes(ordered[-1])}"
 
 
-def loaded_on_gpu(loads: list[dict]) -> dict[str, int]:
+def loaded_on_gpu(loads: list[dict[str, int]]) -> dict[str, int]:
     """Bytes that `torch.load` calls put on each CUDA device (LoadedDevicesMeter's records)."""
     on_gpu: dict[str, int] = {}
     for load in loads:
@@ -93,7 +100,7 @@ def too_small(what: str, facts: RunFacts) -> str:
     return f"{what}, below --min-bytes {human_bytes(facts.min_bytes)}: too small to confirm"
 
 
-def judge_growth(record: dict, facts: RunFacts) -> Judgement:
+def judge_growth(record: Record, facts: RunFacts) -> Judgement:
     after = record.get("allocated_after", [])
     numbers = {"hits": record["hits"], "samples": len(after)}
     if len(after) < 3:
@@ -121,7 +128,7 @@ def judge_growth(record: dict, facts: RunFacts) -> Judgement:
     return Judgement(NOT_CONFIRMED, too_small(what, facts), numbers)
 
 
-def judge_kept_growth(record: dict, facts: RunFacts) -> Judgement:
+def judge_kept_growth(record: Record, facts: RunFacts) -> Judgement:
     """MEM010: the container's CUDA bytes grow by a steady step per iteration
     (its first executions, measured on the container itself); the device's
     allocated bytes after the last execution say what the loop left behind.
@@ -151,7 +158,7 @@ def judge_kept_growth(record: dict, facts: RunFacts) -> Judgement:
                                     f"(grew in {steady:.0%} of steps): {what}", numbers)
 
 
-def host_graph_growth(record: dict, numbers: dict) -> str:
+def host_graph_growth(record: Record, numbers: Numbers) -> str:
     """'+7 autograd graph nodes kept alive per iteration ...' when the live
     graph grew at (nearly) every sampled execution, else ''. Nodes are counted,
     not sized (they are C++ objects); the resident memory is shown beside."""
@@ -180,7 +187,7 @@ def rule_verify(code: str) -> ModuleType:
     return importlib.import_module(f"{PACKAGES_BY_CODE[code]}.verify")
 
 
-def judge(code: str, record: dict | None, facts: RunFacts) -> Judgement:
+def judge(code: str, record: Record | None, facts: RunFacts) -> Judgement:
     """The verdict for one finding; rules judged from the run as a whole (MEM002's
     workers, MEM005's batches) are judged even when the line never ran here."""
     if record is None:

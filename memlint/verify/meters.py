@@ -13,9 +13,13 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+if TYPE_CHECKING:  # imported at run time only where used (see _keep_outputs_mode)
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from memlint.verify.returns import ReturnWatcher
 
 MAX_SAMPLES = 20_000
 
@@ -63,7 +67,7 @@ class Meter:
         pass
 
     def result(self) -> dict:
-        record = {"hits": self.hits}
+        record: dict[str, Any] = {"hits": self.hits}
         if self.errors:
             record.update(errors=self.errors, first_error=self.first_error)
         return record
@@ -141,14 +145,14 @@ class DeviceBytesMeter(Meter):
         self.before = 0
         self.deltas: list[int] = []
         self.outputs: list[weakref.ref] = []
-        self.mode = None
+        self.mode: TorchDispatchMode | None = None
         self.live_bytes_at_end = 0
         self.created: list[int] = []
         self.current_created = 0
         self.created_storages: set = set()
         self._keep_outputs_mode().__enter__().__exit__(None, None, None)
 
-    def _keep_outputs_mode(self):
+    def _keep_outputs_mode(self) -> TorchDispatchMode:
         """A dispatch mode that keeps weak references to the GPU tensors each
         operation makes. PyTorch wraps a mode's `__torch_dispatch__` so that
         torch.compile skips it, and the wrapper imports torch._dynamo on its
@@ -307,7 +311,7 @@ class SavedTensorsMeter(Meter):
     def __init__(self, device: Device) -> None:
         super().__init__(device)
         self.per_hit: list[dict] = []
-        self.hooks = None
+        self.hooks: torch.autograd.graph.saved_tensors_hooks | None = None
         self.current: dict = {}
         self.seen: set = set()
 
@@ -357,7 +361,7 @@ class LoaderCopyMeter(Meter):
 
     def __init__(self, device: Device) -> None:
         super().__init__(device)
-        self.catcher = None
+        self.catcher: ReturnCatcher | None = None
         self.batches: list[dict] = []
         self.pin_memory: list[bool] = []
 
@@ -400,7 +404,7 @@ class LoaderCopyMeter(Meter):
     def time_copies(self, batch) -> dict:
         tensors = [t for t in tensors_in(batch) if t.device.type == "cpu"]
         size = sum(t.untyped_storage().nbytes() for t in tensors)
-        record = {"bytes": size, "tensors": len(tensors),
+        record: dict[str, Any] = {"bytes": size, "tensors": len(tensors),
                   "already_pinned": all(t.is_pinned() for t in tensors) if tensors else False}
         if not tensors or not self.device.is_cuda:
             return record
@@ -435,7 +439,7 @@ class GradModeMeter(Meter):
         self.modes: list[dict] = []
         self.before: tuple[bool, bool] = (True, False)
         self.counter: SavedTensorsMeter | None = None
-        self.watcher = None
+        self.watcher: ReturnWatcher | None = None
 
     @staticmethod
     def _mode() -> tuple[bool, bool]:
@@ -469,7 +473,7 @@ class GradModeMeter(Meter):
             self.counter = None
 
     def _stop_counting(self) -> None:
-        if self.counter is None:
+        if self.counter is None or self.watcher is None:  # set together
             return
         self.watcher.cancel()
         self.counter.exit()
@@ -493,7 +497,7 @@ class LoadedDevicesMeter(Meter):
     def __init__(self, device: Device) -> None:
         super().__init__(device)
         self.loads: list[dict[str, int]] = []
-        self.catcher = None
+        self.catcher: ReturnCatcher | None = None
 
     def enter(self) -> None:
         self.catcher = ReturnCatcher(torch.serialization.load, self._caught)
@@ -535,6 +539,8 @@ class WorkerHitsMeter(Meter):
     def _report(self, text: str = "") -> None:
         import os
 
+        if self.hits_path is None:  # reported only from a worker, with a hits file
+            return
         line = " ".join(f"{os.getpid()} {self.key} {text}".split())  # one line, ASCII
         with open(self.hits_path, "a", encoding="ascii", errors="replace") as handle:
             handle.write(line[:600] + "\n")

@@ -168,7 +168,7 @@ class ContextWatcher:
             return None
 
         def query() -> dict[int, int]:
-            used = {}
+            used: dict[int, int] = {}
             self._last_sample = {}
             for index, handle in enumerate(handles):
                 for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
@@ -188,7 +188,7 @@ class ContextWatcher:
                 ["nvidia-smi", "--query-compute-apps=pid,used_memory",
                  "--format=csv,noheader,nounits"],
                 capture_output=True, text=True, timeout=10).stdout
-            used = {}
+            used: dict[int, int] = {}
             for row in output.splitlines():
                 parts = [p.strip() for p in row.split(",")]
                 if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
@@ -201,17 +201,17 @@ class ContextWatcher:
     def start(self, session: int) -> None:
         self.session = session
         self._started = time.monotonic()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread = threading.Thread(target=self._watch, args=(session,), daemon=True)
         self._thread.start()
 
-    def _watch(self) -> None:
+    def _watch(self, session: int) -> None:
         while not self._stop.is_set():
             try:
-                self.session_pids.update(processes_in_session(self.session))
+                self.session_pids.update(processes_in_session(session))
                 foreign = 0
                 for pid, used in self._query().items():
-                    if pid in self.session_pids or session_of(pid) == self.session \
-                            or descends_from(pid, self.session):
+                    if pid in self.session_pids or session_of(pid) == session \
+                            or descends_from(pid, session):
                         self.session_pids.add(pid)
                         self.memory_by_pid[pid] = max(used, self.memory_by_pid.get(pid, 0))
                     else:
@@ -240,7 +240,7 @@ class ContextWatcher:
         # other_processes: every other process of the run (DataLoader workers and
         # whatever multiprocessing starts beside them: a forkserver, a resource tracker)
         return {"source": self.source, "main_pid": main,
-                "main_process_bytes": self.memory_by_pid.get(main, 0),
+                "main_process_bytes": self.memory_by_pid.get(main, 0) if main is not None else 0,
                 "other_processes": len(self.session_pids - {main}),
                 "worker_context_bytes": {str(pid): used for pid, used in
                                          sorted(self.memory_by_pid.items()) if pid != main},

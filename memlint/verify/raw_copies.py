@@ -52,6 +52,8 @@ def copy_seconds(tensors: Sequence[torch.Tensor], repeats: int) -> float | None:
     buffer = ctypes.c_void_p()
     if runtime.cudaMalloc(ctypes.byref(buffer), ctypes.c_size_t(max(sum(sizes), 1))) != 0:
         return None
+    base = buffer.value
+    assert base is not None  # cudaMalloc succeeded
     try:
         best = float("inf")
         for _ in range(repeats + 1):
@@ -59,7 +61,7 @@ def copy_seconds(tensors: Sequence[torch.Tensor], repeats: int) -> float | None:
             start = time.perf_counter()
             offset = 0
             for source, size in zip(sources, sizes):
-                runtime.cudaMemcpy(ctypes.c_void_p(buffer.value + offset),
+                runtime.cudaMemcpy(ctypes.c_void_p(base + offset),
                                    ctypes.c_void_p(source.data_ptr()),
                                    ctypes.c_size_t(size), _HOST_TO_DEVICE)
                 offset += size

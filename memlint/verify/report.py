@@ -62,15 +62,15 @@ def _launch_ends(runs: list[ScriptRun]) -> dict[int, list[ScriptRun]]:
 
 
 def _ranks_by_pid(ranks: list[ScriptRun]) -> dict[str, int]:
-    return {str(run.raw["pid"]): run.raw["rank"] for run in ranks
-            if (run.raw or {}).get("pid") is not None}
+    raws = (run.raw or {} for run in ranks)
+    return {str(raw["pid"]): raw["rank"] for raw in raws if raw.get("pid") is not None}
 
 
 def selected_gpus(ranks: list[ScriptRun]) -> dict[str, str]:
     """pid -> the GPU each rank measured as its own (`cuda:LOCAL_RANK`)."""
-    return {str(run.raw["pid"]): run.raw["device"] for run in ranks
-            if (run.raw or {}).get("pid") is not None
-            and str(run.raw.get("device", "")).startswith("cuda")}
+    raws = (run.raw or {} for run in ranks)
+    return {str(raw["pid"]): raw["device"] for raw in raws
+            if raw.get("pid") is not None and str(raw.get("device", "")).startswith("cuda")}
 
 
 def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 import libcst as cst
 
-from memlint.analysis.context import BindingSite
+from memlint.analysis.context import BindingSite, Context
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.walker import children
 from memlint.analysis.torch_api import DATA_LOADERS, SAME_DATA_CALLS, TENSOR_DATASETS, TENSOR_TYPES
 from memlint.finding import UNSAFE
-from memlint.rules.base import FixPlan, Rule
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 
 _SAME_DATA_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "bool", "byte",
                       "astype", "reshape", "view", "contiguous", "squeeze", "unsqueeze",
@@ -239,7 +240,7 @@ class WholeDatasetToDevice(Rule):
         'import numpy as np\nfrom torch import *\nX = tensor(np.load("x.npy")).cuda()',
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         self._flagged_statements: set[int] = set()
         self._moves: list[_Move] = []
@@ -271,7 +272,8 @@ class WholeDatasetToDevice(Rule):
         qualified = self.ctx.qualify(node.func)
         if qualified in TENSOR_DATASETS:
             if any(_puts_on_cuda(arg.value, self) for arg in node.args):
-                self._gpu_tensor_datasets.append((node, self.statement(), self._dataset_names(node)))
+                self._gpu_tensor_datasets.append((node, self.statement(),
+                                                  self._dataset_names(node)))
             return
         if qualified in DATA_LOADERS:
             dataset = call_arg(node, "dataset", 0)
@@ -279,9 +281,10 @@ class WholeDatasetToDevice(Rule):
                 self._loaders.append((dataset.value, self._targets(node)))
         self._note_call(node)
         self._note_whole_use(node)
-        if moves_to_cuda(node, self.ctx):
-            self._note_batch_move(node)
-            source = node.func.value  # `<source>.to(device)`, `<source>.cuda()`
+        func = node.func
+        if type(func) is cst.Attribute and moves_to_cuda(node, self.ctx):
+            self._note_batch_move(func.value)
+            source = func.value  # `<source>.to(device)`, `<source>.cuda()`
         elif creates_on_cuda(node, self.ctx) and node.args and (
                 qualified in SAME_DATA_CALLS or cuda_tensor_type(node.func, self.ctx)):
             source = node.args[0].value  # `torch.tensor(<source>, device="cuda")`
@@ -296,9 +299,10 @@ class WholeDatasetToDevice(Rule):
                                        and not self._from_a_parameter(source))
         targets = self._targets(node)
         if not whole and evidence != NONE:
-            parameter = self._parameter_moved(source)
-            if parameter is not None and self._returns_moved(node, targets):
-                self._helpers[self.ctx.function.name.value] = parameter
+            parameter, function = self._parameter_moved(source), self.ctx.function
+            if parameter is not None and function is not None \
+                    and self._returns_moved(node, targets):
+                self._helpers[function.name.value] = parameter
         self._moves.append(_Move(node, self.statement(), source, whole,
                                  evidence != NONE and not self.ctx.in_loop
                                  and not self._in_step_function(), targets, self._place(),
@@ -309,9 +313,10 @@ class WholeDatasetToDevice(Rule):
         if name is None or not self._slices_batches(node):
             return
         self._sliced.setdefault(name, []).append((self._place(), node))
-        position = self._parameter_position(name)
-        if position is not None:  # `def get_batch(source, i): source[i:i + n]`
-            self._slicing_helpers.setdefault(self.ctx.function.name.value, set()).add(position)
+        position, function = self._parameter_position(name), self.ctx.function
+        # `def get_batch(source, i): source[i:i + n]`
+        if position is not None and function is not None:
+            self._slicing_helpers.setdefault(function.name.value, set()).add(position)
 
     def _note_call(self, node: cst.Call) -> None:
         """Calls of same-module helpers (what they move or slice) and of models
@@ -363,10 +368,10 @@ class WholeDatasetToDevice(Rule):
                 break
         return self._targets(dataset)
 
-    def _note_batch_move(self, move: cst.Call) -> None:
-        """`x.to(device)` in `for x, y in loader:` (or of `x, y = batch` there):
-        that loader's batches are moved to the GPU one by one."""
-        receiver = move.func.value
+    def _note_batch_move(self, moved: cst.BaseExpression) -> None:
+        """`x.to(device)` (`moved` is `x`) in `for x, y in loader:` (or of `x, y
+        = batch` there): that loader's batches are moved to the GPU one by one."""
+        receiver = moved
         while isinstance(receiver, (cst.Attribute, cst.Subscript)):
             receiver = receiver.value
         if not isinstance(receiver, cst.Name):
@@ -442,7 +447,7 @@ class WholeDatasetToDevice(Rule):
                                                                  how=move.helper),
                                   move.statement)
 
-    def _batched_after(self, move: _Move) -> cst.Subscript | None | bool:
+    def _batched_after(self, move: _Move) -> cst.Subscript | Literal[False] | None:
         """The subscript that indexes `move`'s result batch by batch after it
         (None: through a helper such as `get_batch(data, i)`), or False."""
         for target in move.targets:
@@ -464,7 +469,8 @@ class WholeDatasetToDevice(Rule):
         for unit, fed in self._fed_whole:
             if fed & moved:
                 names |= fed
-                if isinstance(unit, (cst.FunctionDef, cst.SimpleStatementLine)) and unit not in steps:
+                if isinstance(unit, (cst.FunctionDef, cst.SimpleStatementLine)) \
+                        and unit not in steps:
                     steps.add(unit)
                     names |= _names_used(unit)
         return names
@@ -484,11 +490,15 @@ class WholeDatasetToDevice(Rule):
         the statement (full-batch use, as for a bound name fed whole)."""
         ancestors = self.ctx.ancestors
         i = len(ancestors) - 2  # the move is ancestors[-1]
-        while i > 0 and isinstance(ancestors[i], cst.Attribute) \
-                and isinstance(ancestors[i - 1], cst.Call) and ancestors[i - 1].func is ancestors[i]:
+        while i > 0 and isinstance(ancestors[i], cst.Attribute):
+            outer = ancestors[i - 1]
+            if not isinstance(outer, cst.Call) or outer.func is not ancestors[i]:
+                break
             i -= 2  # `.float()` applied to the moved copy
-        return i > 0 and isinstance(ancestors[i], cst.Arg) \
-            and isinstance(ancestors[i - 1], cst.Call) and self._is_model(ancestors[i - 1].func)
+        if i <= 0 or not isinstance(ancestors[i], cst.Arg):
+            return False
+        call = ancestors[i - 1]
+        return isinstance(call, cst.Call) and self._is_model(call.func)
 
     def _from_a_parameter(self, source: cst.BaseExpression) -> bool:
         """Whether `source` is what the enclosing function (or method) was handed
@@ -622,7 +632,8 @@ class WholeDatasetToDevice(Rule):
     def _in_per_batch_function(self) -> bool:
         """`__getitem__`, `get_batch`, `iterate_minibatches`: run once per batch or sample."""
         function = self.ctx.function
-        return function is not None and bool(set(_words(function.name.value)) & _PER_BATCH_FUNCTIONS)
+        return function is not None \
+            and bool(set(_words(function.name.value)) & _PER_BATCH_FUNCTIONS)
 
     def _slices_batches(self, node: cst.Subscript) -> bool:
         """Rows picked per iteration: `X[i:i + bs]`, `X[ids[k]:ids[k + 1]]` in a loop,
@@ -823,6 +834,8 @@ def _without_move(value: cst.BaseExpression, rule: WholeDatasetToDevice
 def _only_moves(move: cst.Call) -> bool:
     """`.cuda()`, `.cuda(0)`, `.to(device)`, `.to(device, non_blocking=True)`:
     nothing but the device changes (not `.to(device, torch.float16)`, `.type(...)`)."""
+    if type(move.func) is not cst.Attribute:
+        return False
     method = move.func.attr.value
     positional = [arg for arg in move.args if arg.keyword is None]
     if method not in ("cuda", "to") or len(positional) > 1 or any(arg.star for arg in move.args):
@@ -848,7 +861,7 @@ def _value_given(site: BindingSite) -> cst.BaseExpression:
     source = site.unpacked_from
     if source is None:
         return site.value
-    if type(source) in (cst.Tuple, cst.List) and site.unpacked_index is not None \
+    if (type(source) is cst.Tuple or type(source) is cst.List) and site.unpacked_index is not None \
             and site.unpacked_index < len(source.elements) \
             and not any(type(e) is cst.StarredElement for e in source.elements):
         return source.elements[site.unpacked_index].value
@@ -919,7 +932,8 @@ def _paired_target(target: cst.BaseExpression, value: cst.BaseExpression,
                    call: cst.Call) -> cst.BaseExpression | None:
     """In `a, b = x.cuda(), y.cuda()`, the target that `call`'s element of the
     value tuple is assigned to."""
-    if not isinstance(target, (cst.Tuple, cst.List)) or not isinstance(value, (cst.Tuple, cst.List)) \
+    if not isinstance(target, (cst.Tuple, cst.List)) \
+            or not isinstance(value, (cst.Tuple, cst.List)) \
             or len(target.elements) != len(value.elements):
         return None
     for target_element, value_element in zip(target.elements, value.elements):

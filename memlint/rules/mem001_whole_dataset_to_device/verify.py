@@ -3,14 +3,14 @@ they stay live."""
 
 from __future__ import annotations
 
-from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, Judgement, Quantity, RunFacts,
-                                   human_bytes, too_small)
+from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, Judgement, Numbers, Quantity, Record,
+                                   RunFacts, human_bytes, too_small)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "DeviceBytesMeter"
 
 
-def judge(record: dict, facts: RunFacts) -> Judgement:
+def judge(record: Record, facts: RunFacts) -> Judgement:
     kept = max(record.get("allocated_delta", []), default=0)
     created = max(record.get("created_bytes", []), default=0)
     largest = max(kept, created)
@@ -30,10 +30,11 @@ def judge(record: dict, facts: RunFacts) -> Judgement:
                      numbers)
 
 
-def _bytes_put(numbers: dict) -> float | None:
+def _bytes_put(numbers: Numbers) -> float | None:
     if "allocated_delta_max" not in numbers:
         return None
-    return max(numbers["allocated_delta_max"], numbers["created_bytes_max"])
+    put: float = max(numbers["allocated_delta_max"], numbers["created_bytes_max"])
+    return put
 
 
 QUANTITIES = (Quantity("put on the GPU by the statement", _bytes_put, "bytes"),)

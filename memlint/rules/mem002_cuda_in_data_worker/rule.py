@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import libcst as cst
 
+from memlint.analysis.context import Context
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
-from memlint.analysis.module_index import PARTIALS, FunctionInfo, ModuleIndex
+from memlint.analysis.module_index import PARTIALS, ClassInfo, FunctionInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, has_star_args
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessLoadersRunInMainProcess
 from memlint.analysis.torch_api import CUDA_INITIALISERS, DATA_LOADERS
-from memlint.rules.base import Rule
+from memlint.rules.base import Rule, RuleOptions
 
 #: Dataset methods that run in the worker processes, once per sample or batch.
 _WORKER_METHODS = ("__getitem__", "__getitems__", "__iter__", "__next__")
@@ -33,6 +35,11 @@ class _CudaSite:
     fix: str
 
 
+#: a `num_workers` value: an int; None, unknown; str: an argparse dest;
+#: (function, parameter, position): what callers pass
+WorkerCount = int | str | tuple[cst.FunctionDef, str, int | None] | None
+
+
 @dataclass
 class _Workers:
     """A loader's `num_workers` as the file shows it: the values it may take
@@ -40,8 +47,7 @@ class _Workers:
     parameter's default), or unknown (a config entry, an argument nobody here sets)."""
 
     written: str  # `num_workers=...` as written, for the message
-    #: int; str: an argparse dest; (function, parameter, position): what callers pass
-    values: list = field(default_factory=list)
+    values: list[WorkerCount] = field(default_factory=list)
 
 
 @dataclass
@@ -132,7 +138,8 @@ class CudaInDataWorker(Rule):
         "    def __getitem__(self, i):\n        return self.x[i].cuda()",
         "import torch.utils.data as data\nclass D(data.Dataset):\n"
         "    def __getitem__(self, i):\n        return self.x[i].to('cuda:0')",
-        "import torch\nfrom torch.utils.data import IterableDataset\nclass Stream(IterableDataset):\n"
+        "import torch\nfrom torch.utils.data import IterableDataset\n"
+        "class Stream(IterableDataset):\n"
         "    def __iter__(self):\n        for row in self.rows:\n"
         "            yield torch.tensor(row, device='cuda')",
         "from torch.utils.data import Dataset\nclass Base(Dataset):\n    pass\n"
@@ -166,14 +173,16 @@ class CudaInDataWorker(Rule):
         "loader = DataLoader(ds, num_workers=args.workers, collate_fn=lambda b: stack(b).cuda())",
         # num_workers the file does not show: reported, and the message says so
         "from torch.utils.data import DataLoader\ndef collate(batch):\n    return batch.cuda()\n"
-        "def build(ds, cfg):\n    return DataLoader(ds, num_workers=cfg['workers'], collate_fn=collate)",
+        "def build(ds, cfg):\n"
+        "    return DataLoader(ds, num_workers=cfg['workers'], collate_fn=collate)",
         # a parameter defaulting to 0 that a caller here raises
         "from torch.utils.data import DataLoader\ndef collate(batch):\n    return batch.cuda()\n"
-        "def make(ds, workers=0):\n    return DataLoader(ds, num_workers=workers, collate_fn=collate)\n"
+        "def make(ds, workers=0):\n"
+        "    return DataLoader(ds, num_workers=workers, collate_fn=collate)\n"
         "loader = make(ds, workers=8)",
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         self.index = ModuleIndex.of(ctx)
         self.sites: list[_CudaSite] = []
@@ -245,7 +254,7 @@ class CudaInDataWorker(Rule):
             return _Workers("*args", [None])
         return _Workers("the default 0", [0])
 
-    def _worker_values(self, expr: cst.BaseExpression, depth: int = 0) -> list:
+    def _worker_values(self, expr: cst.BaseExpression, depth: int = 0) -> list[WorkerCount]:
         """The values `num_workers=expr` may take, as far as this file shows them."""
         if depth > 6:
             return [None]
@@ -255,15 +264,15 @@ class CudaInDataWorker(Rule):
             return (self._worker_values(expr.body, depth + 1)
                     + self._worker_values(expr.orelse, depth + 1))
         if isinstance(expr, cst.Call):
-            name = dotted_name(expr.func) or ""
-            if name.rsplit(".", 1)[-1] == "cpu_count":
+            function_name = dotted_name(expr.func) or ""
+            if function_name.rsplit(".", 1)[-1] == "cpu_count":
                 return [1]  # os.cpu_count(), multiprocessing.cpu_count()
             values = [v for arg in expr.args for v in self._worker_values(arg.value, depth + 1)]
-            if name == "int" and values:
+            if function_name == "int" and values:
                 return values
-            if name in ("min", "max") and values and None not in values and \
-                    all(isinstance(v, int) for v in values):
-                return [min(values) if name == "min" else max(values)]
+            counts = [v for v in values if isinstance(v, int)]
+            if function_name in ("min", "max") and values and len(counts) == len(values):
+                return [min(counts) if function_name == "min" else max(counts)]
             return [None]
         name = dotted_name(expr)
         if name is None:
@@ -279,16 +288,17 @@ class CudaInDataWorker(Rule):
         parameter = self._parameter(name)
         if parameter is not None:
             function, param, position = parameter
-            default = [None] if param.default is None else self._worker_values(param.default, depth + 1)
+            default: list[WorkerCount] = [None] if param.default is None \
+                else self._worker_values(param.default, depth + 1)
             return default + [(function, name, position)]  # and what callers here pass
         if "." in name and not name.startswith(("self.", "cls.")):
             return [name.rsplit(".", 1)[-1]]  # `args.workers`: an argparse option, looked up later
         return [None]
 
-    def _values_in_kwargs(self, expr: cst.BaseExpression) -> list:
+    def _values_in_kwargs(self, expr: cst.BaseExpression) -> list[WorkerCount]:
         """`num_workers` inside `**kwargs`, when `kwargs` is a dict this file builds
         (`{'num_workers': 1, 'pin_memory': True} if args.cuda else {}`)."""
-        values: list = []
+        values: list[WorkerCount] = []
         for value in self._values(expr):
             branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
             for branch in branches:
@@ -382,7 +392,7 @@ class CudaInDataWorker(Rule):
                 flagged_statements.add(site.statement)  # `return x.cuda(), y.cuda()` once
                 entry = reached[site.unit][0]
                 unless = UnlessLoadersRunInMainProcess(
-                    self.ctx.facts.module, entry.name) \
+                    self.facts.module, entry.name) \
                     if entry in self._loaded_elsewhere else None
                 self.report(site.node, _message(site, *reached[site.unit]), site.statement,
                             unless=unless)
@@ -426,7 +436,7 @@ class CudaInDataWorker(Rule):
         return (f"num_workers={unknown.workers.written}, which this file does not set: the "
                 "workers run it as soon as it is above 0")
 
-    def _dataset_entries(self):
+    def _dataset_entries(self) -> Iterator[tuple[FunctionInfo, str, str]]:
         passed: dict[str, list[_Loader]] = {}
         anonymous = []  # loaders given a dataset this file does not name (a parameter)
         for loader in self.loaders:
@@ -448,7 +458,7 @@ class CudaInDataWorker(Rule):
                 for function in self.index.methods_named(name, method)[:1]:
                     yield function, function.qualname, note
 
-    def _loader_entries(self):
+    def _loader_entries(self) -> Iterator[tuple[FunctionInfo, str, str]]:
         users: dict[FunctionInfo, list[_Loader]] = {}
         labels: dict[FunctionInfo, str] = {}
         anonymous: dict[str, list[_Loader]] = {}  # keyword -> loaders whose function is not found
@@ -467,7 +477,8 @@ class CudaInDataWorker(Rule):
                 yield function, label, note
         # named like one and not given to a loader found here: handed to a loader
         # this file does not show (another file's, or one reached through a parameter)
-        referenced = {(dotted_name(expr) or "").rsplit(".", 1)[-1] for expr, _ in self.index.escaped}
+        referenced = {(dotted_name(expr) or "").rsplit(".", 1)[-1]
+                      for expr, _ in self.index.escaped}
         for function in self.index.functions.values():
             if function in labels or not _COLLATE_NAME.fullmatch(function.name):
                 continue
@@ -480,7 +491,8 @@ class CudaInDataWorker(Rule):
                 if note is not None:  # None: this file's loaders, all in the main process
                     yield function, f"a {keyword}", note
 
-    def _worker_functions(self, written, resolved, class_name) -> list[FunctionInfo]:
+    def _worker_functions(self, written: cst.BaseExpression, resolved: cst.BaseExpression,
+                          class_name: str | None) -> list[FunctionInfo]:
         """The functions a `collate_fn=` / `worker_init_fn=` value runs."""
         if isinstance(written, cst.Lambda):
             info = self.index.info(written)
@@ -497,9 +509,10 @@ class CudaInDataWorker(Rule):
             # collate_fn=make_collate(cfg): the functions the factory defines
             return [child for factory in self.index.resolve_reference(resolved.func, class_name)
                     for child in factory.children if isinstance(child.node, cst.FunctionDef)]
-        return self.index.resolve_reference(resolved, class_name, loose=isinstance(resolved, cst.Attribute))
+        return self.index.resolve_reference(resolved, class_name,
+                                            loose=isinstance(resolved, cst.Attribute))
 
-    def _constructed_class(self, expr):
+    def _constructed_class(self, expr: cst.BaseExpression | None) -> ClassInfo | None:
         """The local class `expr` constructs (`Faces(...)`), if any."""
         if isinstance(expr, cst.Call):
             return self.index.local_class(expr.func)

@@ -3,8 +3,8 @@ fork error."""
 
 from __future__ import annotations
 
-from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, RunFacts,
-                                   size_range, times)
+from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, Record,
+                                   RunFacts, size_range, times)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "WorkerHitsMeter"
@@ -15,7 +15,7 @@ JUDGED_WITHOUT_HITS = True
 _FORK_ERROR = "Cannot re-initialize CUDA in forked subprocess"
 
 
-def judge(record: dict, facts: RunFacts) -> Judgement:
+def judge(record: Record, facts: RunFacts) -> Judgement:
     contexts = facts.contexts or {}
     workers = {pid: used for pid, used in contexts.get("worker_context_bytes", {}).items()
                if used > 0}

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.analysis.autograd_values import (AUTOGRAD_ENTRY, BACKWARD_METHODS, AutogradValues,
-                                              BackwardFlows, Value, names_in)
+from memlint.analysis.autograd_values import (BACKWARD_METHODS, AutogradValues, BackwardFlows,
+                                              Value, names_in)
+from memlint.analysis.context import Context, Loop
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
 from memlint.analysis.stores import (Store, StoresAt, code, container_name, is_data_loop,
@@ -18,8 +19,8 @@ from memlint.analysis.project import (Condition, Either, UnlessForwardsGiveNoHis
                                       UnlessImportedFunctionsKeepNoHistory,
                                       UnlessProgramMethodsKeepNoHistory, UnlessProjectOnCpu)
 from memlint.finding import SAFE, UNSAFE
-from memlint.analysis.torch_api import MODULE_BASE
-from memlint.rules.base import FixPlan, Rule
+from memlint.analysis.torch_api import AUTOGRAD_ENTRY, MODULE_BASE
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 
 _MODULE_BASES = {MODULE_BASE, "nn.Module", "Module"}
 
@@ -40,7 +41,7 @@ class _Store:
     container: str
     #: the enclosing loops whose iterations the container survives, as far as
     #: the bindings before the store tell
-    outlived: list[cst.CSTNode]
+    outlived: list[Loop]
     #: the container is a local variable of the function the store is in
     local: bool
     #: the container is made afresh inside a loop over batches or epochs
@@ -136,6 +137,9 @@ class TensorHistoryKept(Rule):
         "import torch\npending = []\nfor batch in loader:\n    for micro in batch:\n"
         "        pending.append(criterion(model(micro), y))\n    sum(pending).backward()\n"
         "    pending.clear()",
+        # emptied with `del [:]` every iteration, as `.clear()` empties it
+        "import torch\nlosses = []\nfor batch in loader:\n    losses.append(model(batch).sum())\n"
+        "    del losses[:]",
         # the episode's lists handed to a helper that back-propagates them (ACER)
         "import torch\ndef compute_loss(policies, values):\n"
         "    loss = -torch.stack(policies).sum() + torch.cat(values).pow(2).mean()\n"
@@ -202,7 +206,8 @@ class TensorHistoryKept(Rule):
         "    loss.backward()",
         # reset every epoch, not every step: every step's graph is kept until the print
         "import torch\nfor epoch in range(10):\n    total_loss = 0\n    for x, y in loader:\n"
-        "        loss = criterion(model(x), y)\n        loss.backward()\n        total_loss += loss\n"
+        "        loss = criterion(model(x), y)\n"
+        "        loss.backward()\n        total_loss += loss\n"
         "    print(total_loss / len(loader))",
         # a PPO rollout: the values are detached before any backward, kept for nothing
         "import torch\nwhile frame_idx < max_frames:\n    values = []\n"
@@ -216,7 +221,8 @@ class TensorHistoryKept(Rule):
         "        window.clear()",
         # `loss` reused after its backward: the later read does not consume the list
         "import torch\nfor epoch in range(10):\n    losses = []\n    for x, y in loader:\n"
-        "        loss = criterion(model(x), y)\n        loss.backward()\n        losses.append(loss)\n"
+        "        loss = criterion(model(x), y)\n"
+        "        loss.backward()\n        losses.append(loss)\n"
         "    loss = torch.stack(losses).mean()\n    print(loss.item())",
         # a helper defined further down that returns the loss itself
         "import torch\ntrain_losses = []\nfor x, y in loader:\n"
@@ -227,7 +233,7 @@ class TensorHistoryKept(Rule):
         "    for x, _ in loader:\n        outs.append(model(x))\n    return outs",
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         self.values = AutogradValues(ctx)
         self.stores = ctx.shared(StoresAt)
@@ -277,6 +283,7 @@ class TensorHistoryKept(Rule):
             judged.append((frame, store, value))
         if not judged:
             return
+        assert self.module is not None  # set by visit_Module, before any store
         flows = BackwardFlows(self.module, self.ctx.names,
                               {id(store.statement) for _, store, _ in judged})
         for frame, store, value in judged:
@@ -337,7 +344,7 @@ class TensorHistoryKept(Rule):
         collector.facts.returns.update(
             (name, results[name]) for name in self.top_level if name in results)
 
-    def _across_batches(self, loop: cst.CSTNode) -> bool:
+    def _across_batches(self, loop: Loop) -> bool:
         """A loop over batches, epochs or training steps (its body runs a
         backward or an optimizer step), not over the time steps, feature
         levels or items of one batch."""
@@ -380,7 +387,9 @@ class TensorHistoryKept(Rule):
         if not self.ctx.in_loop or self.ctx.grad_disabled or not self.ctx.names.imports("torch"):
             return
         owner = container_name(container)
-        outlived = outlived_loops(self.ctx, owner) if owner is not None else []
+        if owner is None:
+            return
+        outlived = outlived_loops(self.ctx, owner)
         if not outlived:
             return
         if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
@@ -410,13 +419,13 @@ class TensorHistoryKept(Rule):
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:
         func = node.func
-        is_attribute = type(func) is cst.Attribute
-        if (is_attribute and func.attr.value in BACKWARD_METHODS) or \
+        method = func if type(func) is cst.Attribute else None
+        if (method is not None and method.attr.value in BACKWARD_METHODS) or \
                 self.ctx.qualify(func) in AUTOGRAD_ENTRY:
             self.frames[-1].calls_backward = True
             self.training_loops.update(map(id, self.ctx.loops))
-        elif is_attribute and func.attr.value == "step" and \
-                _OPTIMIZER.search(dotted_name(func.value) or ""):
+        elif method is not None and method.attr.value == "step" and \
+                _OPTIMIZER.search(dotted_name(method.value) or ""):
             self.training_loops.update(map(id, self.ctx.loops))
 
 
@@ -474,7 +483,8 @@ def _detach(store: _Store, frame: _Frame) -> FixPlan | None:
 
 def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
     """The `return` statements of a function's own body (not of nested ones)."""
-    found, pending = [], [function.body] if isinstance(function, cst.FunctionDef) else []
+    found: list[cst.Return] = []
+    pending: list[cst.CSTNode] = [function.body] if isinstance(function, cst.FunctionDef) else []
     while pending:
         node = pending.pop()
         if type(node) is cst.Return:

@@ -3,22 +3,22 @@ of the line."""
 
 from __future__ import annotations
 
-from memlint.verify.judges import Quantity
+from memlint.verify.judges import Numbers, Quantity
 from memlint.verify.judges import judge_growth as judge  # noqa: F401  (this rule's judge)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "GrowthMeter"
 
 
-def _per_iteration(numbers: dict) -> float | None:
+def _per_iteration(numbers: Numbers) -> float | None:
     return numbers.get("per_execution_bytes")
 
 
-def _graph_nodes_per_iteration(numbers: dict) -> float | None:
+def _graph_nodes_per_iteration(numbers: Numbers) -> float | None:
     return numbers.get("graph_nodes_per_execution")
 
 
-def _confirmed_on_the_host(numbers: dict) -> bool:
+def _confirmed_on_the_host(numbers: Numbers) -> bool:
     """A loss kept after its backward: the device freed what the graph saved,
     the graph's nodes stay on the host."""
     return numbers.get("confirmed_on") == "host"

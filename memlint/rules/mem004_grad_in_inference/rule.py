@@ -7,15 +7,17 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
+from memlint.analysis.context import BindingSite, Context, Scope
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
-from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.project import (Either, UnlessCalledToTrain, UnlessCallersDisableGrad,
-                                      UnlessForwardDisablesGrad, UnlessProjectOnCpu)
+from memlint.analysis.module_index import ClassInfo, FunctionInfo, ModuleIndex
+from memlint.analysis.project import (Condition, Either, UnlessCalledToTrain,
+                                      UnlessCallersDisableGrad, UnlessForwardDisablesGrad,
+                                      UnlessProjectOnCpu)
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.torch_api import GRAD_USERS, HOST_FACTORIES, VARIABLE
 from memlint.finding import UNSAFE
-from memlint.rules.base import FixPlan, Rule
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 
 #: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
 _INFERENCE_WORDS = {"eval", "evaluate", "evaluation", "validate", "validation", "valid", "val",
@@ -51,14 +53,15 @@ _CLASS_NAME = re.compile(r"[A-Z](?=\w*[a-z])\w*")  # `MobileNetV3_Small`, not `G
 class _Unit:
     """What one function (or the module's top level) did, in source order."""
 
-    node: cst.CSTNode
+    node: cst.FunctionDef | None  # None: the module's top level
     class_name: str | None
     evaluated: dict[str, bool] = field(default_factory=dict)  # module name -> in eval mode
     eval_calls: dict[str, cst.Call] = field(default_factory=dict)  # module name -> its last .eval()
     on_gpu: dict[str, bool] = field(default_factory=dict)  # module name -> moved to a CUDA device
     forward: tuple[cst.Call, cst.CSTNode | None, str] | None = None  # first unguarded forward
     volatile: tuple[cst.Call, cst.CSTNode | None] | None = None  # first Variable(volatile=True)
-    volatile_after_eval: bool = False  # ... after a `.eval()`: the inference part of a training loop
+    #: ... after a `.eval()`: the inference part of a training loop
+    volatile_after_eval: bool = False
     volatile_names: set[str] = field(default_factory=set)  # names bound to a volatile Variable
     volatile_fed: bool = False  # one is fed to a model (a DQN's target forward in a training step)
     wants_grad: bool = False
@@ -101,7 +104,8 @@ class GradInInference(Rule):
         "        return model(x)",
         "import torch\n@torch.no_grad()\ndef evaluate(model, x):\n    return model(x)",
         "import torch\n@torch.inference_mode()\ndef predict(self, x):\n    return self.model(x)",
-        "import torch\ndef validate(model, x):\n    torch.set_grad_enabled(False)\n    return model(x)",
+        "import torch\ndef validate(model, x):\n"
+        "    torch.set_grad_enabled(False)\n    return model(x)",
         # no_grad opened before model.eval()
         "import torch\ndef run(model, x):\n    with torch.no_grad():\n        model.eval()\n"
         "        out = model(x)\n    return out",
@@ -110,7 +114,8 @@ class GradInInference(Rule):
         "    out.max().backward()\n    return x.grad",
         # every caller already disabled grad
         "import torch\ndef infer_batch(model, x):\n    return model(x)\n"
-        "def main(model, xs):\n    with torch.no_grad():\n        return [infer_batch(model, x) for x in xs]",
+        "def main(model, xs):\n    with torch.no_grad():\n"
+        "        return [infer_batch(model, x) for x in xs]",
         # a Lightning-style module (it has training_step) from a project base class
         "import torch\nclass Lit(BaseModule):\n    def training_step(self, batch, idx):\n"
         "        return self.model(batch).mean()\n    def test_step(self, batch, idx):\n"
@@ -128,13 +133,15 @@ class GradInInference(Rule):
         "from mxnet import autograd, gluon\ndef evaluate_loss(net, data):\n"
         "    return [net(x) for x in data]",
         # a method about a model, not a model
-        "import torch\ndef predict(self, source):\n    self.predictor.setup_model(model=self.model)",
+        "import torch\ndef predict(self, source):\n"
+        "    self.predictor.setup_model(model=self.model)",
         # a project's own wrapper around inference_mode
         "import torch\nfrom .utils import smart_inference_mode\n@smart_inference_mode()\n"
         "def run(model, x):\n    model.eval()\n    return model(x)",
         # a model's own predict API: its caller (another file) picks the grad mode
         "import torch\nclass FM(ContextRecommender):\n    def forward(self, x):\n"
-        "        return self.encoder(x)\n    def predict(self, x):\n        return self.encoder(x).sigmoid()",
+        "        return self.encoder(x)\n    def predict(self, x):\n"
+        "        return self.encoder(x).sigmoid()",
         # an inference-named building block that forward calls
         "import torch\nclass Decoder(torch.nn.Module):\n    def forward(self, x):\n"
         "        return self.predict_masks(x)\n    def predict_masks(self, x):\n"
@@ -155,8 +162,10 @@ class GradInInference(Rule):
         "import torch\ndef test():\n    net = ResNet18()\n    y = net(torch.randn(2, 3, 32, 32))\n"
         "    print(y.size())\nif __name__ == '__main__':\n    test()",
         # a loss object, not a model
-        "import torch\ndef evaluate(model, x, y):\n    with torch.no_grad():\n        out = model(x)\n"
-        "    criterion = torch.nn.CrossEntropyLoss()\n    criterion.eval()\n    return criterion(out, y)",
+        "import torch\ndef evaluate(model, x, y):\n"
+        "    with torch.no_grad():\n        out = model(x)\n"
+        "    criterion = torch.nn.CrossEntropyLoss()\n"
+        "    criterion.eval()\n    return criterion(out, y)",
         "import torch\ndef validate(self, out, y):\n    return self.loss_fn(out.cuda(), y)",
         # not a PyTorch module: an OpenVINO model records no graph
         "import torch\nimport openvino as ov\ndef infer(path, x):\n"
@@ -177,7 +186,8 @@ class GradInInference(Rule):
         "import torch\nif __name__ == '__main__':\n    layer = AbstractLayer(8, 4)\n"
         "    layer = layer.eval()\n    print(layer(torch.randn(2, 8)))",
         # a smoke test of a class named with digits and an underscore
-        "import torch\ndef test():\n    net = MobileNetV3_Small()\n    return net(torch.randn(2, 3, 224, 224))",
+        "import torch\ndef test():\n    net = MobileNetV3_Small()\n"
+        "    return net(torch.randn(2, 3, 224, 224))",
         # a model file's smoke test through a factory of the same file
         "import torch\ndef densenet_cifar():\n    return DenseNet(growth_rate=12)\n"
         "def test():\n    net = densenet_cifar()\n    return net(torch.randn(1, 3, 32, 32))",
@@ -209,7 +219,8 @@ class GradInInference(Rule):
         "    nxt = Variable(s.cuda(), volatile=True)\n    target = model(nxt).max(1)[0]\n"
         "    loss = (model(s.cuda()) - target).pow(2).mean()\n    loss.backward()",
         # a GAN's generator by its capital letter
-        "import torch\ndef get_sample_image(G, n_noise):\n    z = torch.randn(100, n_noise).cuda()\n"
+        "import torch\ndef get_sample_image(G, n_noise):\n"
+        "    z = torch.randn(100, n_noise).cuda()\n"
         "    return G(z).cpu().numpy()",
         # a caller that does not disable grad
         "import torch\ndef infer_batch(model, x):\n    return model(x)\n"
@@ -219,7 +230,7 @@ class GradInInference(Rule):
         "    return net(torch.randn(2, 3, 32, 32).cuda())",
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         self.index = ModuleIndex.of(ctx)
         self.units = [_Unit(None, None)]  # the module's top level
@@ -229,7 +240,7 @@ class GradInInference(Rule):
         #: names anything calls `.to()`, `.cuda()` or `.cpu()` on, anywhere in the file
         self.placed: set[str] = set()
         self.finished: dict[cst.CSTNode, _Unit] = {}  # every function's unit, by its node
-        self.module_scope = None  # the file's top-level bindings, kept for finish()
+        self.module_scope: Scope | None = None  # the file's top-level bindings, for finish()
 
     @property
     def unit(self) -> _Unit:
@@ -358,7 +369,7 @@ class GradInInference(Rule):
         return name if _CLASS_NAME.fullmatch(name) else None
 
     def _where_built(self, module: str, value: cst.BaseExpression | None,
-                     site) -> tuple[cst.BaseExpression | None, bool]:
+                     site: BindingSite | None) -> tuple[cst.BaseExpression | None, bool]:
         """Back from `module`'s binding (`value`, at `site`) to the expression
         that built it, through `net = net.eval()`, `net = Net().cuda()` and
         `model = nn.DataParallel(model)` (which moves nothing); and whether a
@@ -402,10 +413,9 @@ class GradInInference(Rule):
                 return False
         return False
 
-    def _report_volatile(self, unit: _Unit) -> None:
+    def _report_volatile(self, node: cst.Call, statement: cst.CSTNode | None) -> None:
         """One finding per function, where its first `volatile=True` is; a
         function whose unguarded forward is reported is reported there instead."""
-        node, statement = unit.volatile
         self.report(node, "Variable(..., volatile=True) has done nothing since PyTorch 0.4: "
                           "autograd still records the forward and keeps its activations; "
                           "wrap the inference in `with torch.no_grad():` and drop Variable",
@@ -550,7 +560,7 @@ class GradInInference(Rule):
             return True
         if isinstance(value.func, cst.Attribute) and value.func.attr.value == "from_pretrained":
             return True
-        if self.index.local_class(value.func) is not None:
+        if isinstance(value.func, cst.Name) and self.index.local_class(value.func) is not None:
             return self._is_module_class(value.func.value)
         return None
 
@@ -569,12 +579,13 @@ class GradInInference(Rule):
             return  # mxnet / TensorFlow / JAX code records no graph outside its tapes
         reported: set[int] = set()
         for unit in self.pending:
-            if (unit.wants_grad and not _evaluates_after_training(unit)) \
-                    or unit.forward[2] in unit.frozen \
-                    or self._left_alone(unit) \
-                    or self._global_on_host(unit.forward[2]):
-                continue
+            assert unit.forward is not None  # what made the unit pending
             call, statement, module = unit.forward
+            if (unit.wants_grad and not _evaluates_after_training(unit)) \
+                    or module in unit.frozen \
+                    or self._left_alone(unit, module) \
+                    or self._global_on_host(module):
+                continue
             if self._forward_disables_grad(unit.forward_class):
                 continue
             reported.add(id(unit))
@@ -601,9 +612,9 @@ class GradInInference(Rule):
         self._report_inference_through_helpers()
         top = self.units[0]
         for unit in (*self.volatile_units, *([top] if top.volatile is not None else [])):
-            if id(unit) not in reported and (not unit.wants_grad or unit.volatile_after_eval
-                                             or unit.volatile_fed):
-                self._report_volatile(unit)
+            if unit.volatile is not None and id(unit) not in reported and (
+                    not unit.wants_grad or unit.volatile_after_eval or unit.volatile_fed):
+                self._report_volatile(*unit.volatile)
 
     def _forward_disables_grad(self, class_name: str | None) -> bool:
         """A class of this file whose `forward` is decorated `@torch.no_grad()`."""
@@ -623,18 +634,18 @@ class GradInInference(Rule):
         return FixPlan(UNSAFE, f"decorate '{function.name.value}' with @torch.no_grad()",
                        insertions=((function, "@torch.no_grad()"),))
 
-    def _unless(self, info):
+    def _unless(self, info: FunctionInfo | None) -> Condition:
         """What the rest of the project may show: a CPU project, callers in
         other files that all disable grad, or that call a method only to train."""
-        unless = UnlessProjectOnCpu.here(self.ctx)
+        unless: Condition = UnlessProjectOnCpu.here(self.ctx)
         if info is not None and info.class_name is None and not self.index.call_sites(info):
             # called from other files only, perhaps all under no_grad
             unless = Either((unless, UnlessCallersDisableGrad(
-                self.ctx.facts.module, info.name)))
+                self.facts.module, info.name)))
         elif info is not None and not self.index.call_sites(info):
             # a method called from other files, perhaps only by training steps
             unless = Either((unless, UnlessCalledToTrain(
-                self.ctx.facts.module, info.name)))
+                self.facts.module, info.name)))
         return unless
 
     def _report_inference_through_helpers(self) -> None:
@@ -642,9 +653,10 @@ class GradInInference(Rule):
         (`validate` puts the model in eval mode, then `run_batch(model, x)`
         runs it): reported at the call, where `with torch.no_grad():` goes."""
         for unit in self.finished.values():
-            if unit.forward is not None or unit.wants_grad or unit.class_name is not None \
+            if unit.node is None or unit.forward is not None or unit.wants_grad \
+                    or unit.class_name is not None \
                     or not (any(unit.evaluated.values()) or _is_inference_name(unit.node)):
-                continue
+                continue  # (None: the top level, never among the finished units)
             name = unit.node.name.value
             info = self.index.info(unit.node)
             if info is None or self.index.grad_disabled_by_callers(info) or (
@@ -653,9 +665,9 @@ class GradInInference(Rule):
             for site in info.calls:
                 helper = next((self.finished[c.node] for c in self.index.callees(site)
                                if c.node in self.finished), None)
-                if site.grad_disabled or helper is None or helper.any_forward is None \
-                        or helper.wants_grad or helper.forward is not None \
-                        or _is_inference_name(helper.node):
+                if site.grad_disabled or helper is None or helper.node is None \
+                        or helper.any_forward is None or helper.wants_grad \
+                        or helper.forward is not None or _is_inference_name(helper.node):
                     continue
                 forward, module = helper.any_forward
                 called = helper.node.name.value
@@ -668,22 +680,24 @@ class GradInInference(Rule):
                             related=[(forward, f"'{module}' runs forward here, in '{called}'")])
                 break
 
-    def _left_alone(self, unit: _Unit) -> bool:
+    def _left_alone(self, unit: _Unit, module: str) -> bool:
+        """Whether `unit`'s unguarded forward of `module` is no inference to report."""
         if unit.node is None:
             return False
         name = unit.node.name.value
         if name.lstrip("_").startswith("test") and self.ctx.in_test_file:
             return True  # `test_*` and its `_test_*` helpers: "test" is pytest's word here
-        if self._names_function(unit.forward[2], unit.class_name):
+        if self._names_function(module, unit.class_name):
             return True  # a function defined further down the file, named like a model
-        if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) and self._is_lightning(unit.class_name):
+        if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) \
+                and self._is_lightning(unit.class_name):
             return True
         if unit.class_name and self._init_turns_grad_off(unit.class_name):
             return True
         info = self.index.info(unit.node)
         if info is None:
             return False
-        if not unit.evaluated.get(unit.forward[2]) and (
+        if not unit.evaluated.get(module) and (
                 self._part_of_training(info) or self._is_model_method(unit)):
             return True
         return self.index.grad_disabled_by_callers(info)
@@ -694,7 +708,7 @@ class GradInInference(Rule):
         moment the object exists, so its methods run without autograd."""
         info = self.index.classes.get(class_name)
         init = info.methods.get("__init__") if info is not None else None
-        if init is None:
+        if init is None or type(init.node) is not cst.FunctionDef:  # methods are all defs
             return False
         for line in init.node.body.body:
             if type(line) is not cst.SimpleStatementLine:
@@ -720,7 +734,7 @@ class GradInInference(Rule):
                 return True
         return False
 
-    def _builds_its_layers(self, info) -> bool:
+    def _builds_its_layers(self, info: ClassInfo) -> bool:
         """A class whose `__init__` builds modules onto `self` (`self.mlp =
         DNN(...).to(self.device)`, `self.fc = nn.Linear(...)`) and none of whose
         methods back-propagates is a model, whatever its base (RecBole's
@@ -743,7 +757,7 @@ class GradInInference(Rule):
                 pending.extend(node.children)
         return False
 
-    def _part_of_training(self, info) -> bool:
+    def _part_of_training(self, info: FunctionInfo) -> bool:
         """A function picked by its name only (`predict_masks`) that a module's
         `forward` or a training step calls is a building block of training."""
         for site in self.index.call_sites(info):

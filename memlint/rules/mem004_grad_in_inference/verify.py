@@ -3,14 +3,14 @@ call."""
 
 from __future__ import annotations
 
-from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, Quantity,
-                                   RunFacts, human_bytes, times, too_small)
+from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, Numbers,
+                                   Quantity, Record, RunFacts, human_bytes, times, too_small)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "SavedTensorsMeter"
 
 
-def judge(record: dict, facts: RunFacts) -> Judgement:
+def judge(record: Record, facts: RunFacts) -> Judgement:
     saved = record.get("saved", [])
     numbers = {"hits": record["hits"]}
     if not saved:
@@ -32,10 +32,11 @@ def judge(record: dict, facts: RunFacts) -> Judgement:
     return Judgement(NOT_CONFIRMED, too_small(what, facts), numbers)
 
 
-def _saved_for_backward(numbers: dict) -> float | None:
+def _saved_for_backward(numbers: Numbers) -> float | None:
     if numbers.get("hits", 0) == 0:
         return None
-    return numbers.get("activation_bytes_max", 0)
+    saved: float = numbers.get("activation_bytes_max", 0)
+    return saved
 
 
 QUANTITIES = (Quantity("activations saved for backward in one call", _saved_for_backward,

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
+from memlint.analysis.context import Context
 from memlint.analysis.devices import (CudaReturns, creates_on_cuda, held_on_cuda, is_cuda_device,
                                       moves_to_cuda)
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
                                     iterated_name, local_owner)
 from memlint.analysis.names import (call_arg, dotted_name, has_star_kwargs,
                                     literal_bool)
-from memlint.analysis.project import (Either, UnlessHelpersKeepBatchesOnHost,
+from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
-from memlint.analysis.torch_api import DATA_LOADERS, INDEX_RANGES, SET_DEFAULT_DEVICE, TENSOR_DATASETS
+from memlint.analysis.torch_api import (DATA_LOADERS, INDEX_RANGES, SET_DEFAULT_DEVICE,
+                                        TENSOR_DATASETS)
 from memlint.finding import SAFE, UNSAFE
-from memlint.rules.base import FixPlan, Rule
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.rewrites import with_keyword
 
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
@@ -112,7 +115,8 @@ class DataLoaderWithoutPinMemory(Rule):
         'for names, labels in loader:\n    x = torch.LongTensor(encode(names)).cuda()',
         # read once, at a notebook's top level, to look at one batch
         'import torch\nfrom torch.utils.data import DataLoader\nmodel.cuda()\n'
-        'loader = DataLoader(ds, batch_size=8)\nimgs, labels = next(iter(loader))\nprint(imgs.shape)',
+        'loader = DataLoader(ds, batch_size=8)\n'
+        'imgs, labels = next(iter(loader))\nprint(imgs.shape)',
         # a dataset module's demo: the loader is used where it is built, no importer iterates it
         'from torch.utils.data import DataLoader\ndef main():\n'
         '    loader = DataLoader(VOC("train"), batch_size=1)\n'
@@ -174,7 +178,7 @@ class DataLoaderWithoutPinMemory(Rule):
         'loader = DataLoader(ds, batch_size=8, collate_fn=collate)',
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         self.unpinned: list[_Loader] = []
         #: Dataset classes of this module whose `__init__` puts the data on a GPU
@@ -196,8 +200,9 @@ class DataLoaderWithoutPinMemory(Rule):
         #: functions of this module that return their one argument as it is
         #: (`def fn(features): return features`): a collate that builds no batch
         self.identity_functions: set[str] = set()
-        self.copies_to_cuda = False
-        self.first_copy: cst.Call | None = None  # the evidence, for related locations
+        #: the first call that copies to (or makes on) a CUDA device: the
+        #: evidence, for related locations
+        self.first_copy: cst.Call | None = None
         self.copies_non_blocking = False
 
     def visit_Name(self, node: cst.Name) -> None:
@@ -244,21 +249,23 @@ class DataLoaderWithoutPinMemory(Rule):
                                      filter(None, (dotted_name(a.value) for a in node.args)))
         if _reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
             read = iterated_name(node.args[0].value)
-            self.single_batch_reads[(read, read and local_owner(self.ctx, read))] += 1
+            owner = local_owner(self.ctx, read) if read is not None else None
+            self.single_batch_reads[(read, owner)] += 1
+        copies = False
         if self.ctx.qualify(node.func) in DATA_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
             self._note_dataset_on_gpu()
-            self.copies_to_cuda = True
+            copies = True
             non_blocking = call_arg(node, "non_blocking")
             if non_blocking is not None and literal_bool(non_blocking.value) is True:
                 self.copies_non_blocking = True
         elif creates_on_cuda(node, self.ctx):
             self._note_dataset_on_gpu()
-            self.copies_to_cuda = True
+            copies = True
         elif self.ctx.qualify(node.func) in SET_DEFAULT_DEVICE and node.args:
-            self.copies_to_cuda |= is_cuda_device(node.args[0].value, self.ctx) is True
-        if self.copies_to_cuda and self.first_copy is None:
+            copies = is_cuda_device(node.args[0].value, self.ctx) is True
+        if copies and self.first_copy is None:
             self.first_copy = node
 
     def _note_dataset_on_gpu(self) -> None:
@@ -402,15 +409,15 @@ class DataLoaderWithoutPinMemory(Rule):
                 continue  # its loops copy no batch to the GPU, or it is read once
             if dataset_class in self.gpu_dataset_classes:
                 continue  # the Dataset put its data on the GPU: MEM001's finding
-            if not self.copies_to_cuda:
+            if self.first_copy is None:  # this module copies nothing to a CUDA device
                 if not (escapes or assigned in self.returned_names):
                     continue  # used where it is built: no importer iterates it
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
-                            UnlessNoImporterCopiesToCuda(self.ctx.facts.module),
+                            UnlessNoImporterCopiesToCuda(self.facts.module),
                             fix=_pin(loader))
                 continue
-            unless = UnlessProjectOnCpu.here(self.ctx)
+            unless: Condition = UnlessProjectOnCpu.here(self.ctx)
             if batches == STAY:  # handed only to functions of other modules
                 unless = Either((unless, UnlessHelpersKeepBatchesOnHost(tuple(handed_out))))
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking),
@@ -419,7 +426,7 @@ class DataLoaderWithoutPinMemory(Rule):
                                                    "module's batches go to the GPU")])
 
 
-def _returns_its_argument(params: cst.Parameters, body) -> bool:
+def _returns_its_argument(params: cst.Parameters, body: Sequence[cst.CSTNode]) -> bool:
     """`(x): return x` / `lambda x: x`: one parameter, given back unchanged."""
     if len(params.params) != 1 or isinstance(params.star_arg, (cst.Param, cst.ParamStar)) \
             or params.kwonly_params or params.star_kwarg or params.posonly_params:

@@ -3,8 +3,8 @@ pinned copy."""
 
 from __future__ import annotations
 
-from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, Quantity,
-                                   RunFacts, human_bytes)
+from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, Numbers,
+                                   Quantity, Record, RunFacts, human_bytes)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "LoaderCopyMeter"
@@ -18,7 +18,7 @@ def _rate(size: int, seconds: float) -> str:
     return f"{size / seconds / 1e9:.1f} GB/s"
 
 
-def judge(record: dict, facts: RunFacts) -> Judgement:
+def judge(record: Record, facts: RunFacts) -> Judgement:
     batches = [b for b in record.get("batches", []) if "pinned_seconds" in b]
     numbers = {"hits": record["hits"], "loaders": record.get("loaders", 0), "batches": batches}
     if record["hits"] == 0:
@@ -43,7 +43,7 @@ def judge(record: dict, facts: RunFacts) -> Judgement:
                      "this small", numbers)
 
 
-def _copy_rate(numbers: dict) -> float | None:
+def _copy_rate(numbers: Numbers) -> float | None:
     """GB/s of the host-to-device copy of the loader's batches as it hands them
     over: pageable as loaded, or pinned when the loader pins them."""
     batches = [b for b in numbers.get("batches", []) if "pinned_seconds" in b]

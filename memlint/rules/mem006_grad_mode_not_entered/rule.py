@@ -61,8 +61,7 @@ class GradModeNotEntered(Rule):
 
     def visit_Expr(self, node: cst.Expr) -> None:
         value = node.value
-        called = isinstance(value, cst.Call)
-        target = value.func if called else value
+        target = value.func if isinstance(value, cst.Call) else value
         manager = _CONTEXT_ONLY.get(self.ctx.qualify(target) or "")
         if manager is None:
             return

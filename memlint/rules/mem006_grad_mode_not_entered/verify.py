@@ -3,14 +3,14 @@ what runs next."""
 
 from __future__ import annotations
 
-from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, RunFacts,
-                                   human_bytes)
+from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, Record,
+                                   RunFacts, human_bytes)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "GradModeMeter"
 
 
-def judge(record: dict, facts: RunFacts) -> Judgement:
+def judge(record: Record, facts: RunFacts) -> Judgement:
     modes = record.get("modes", [])
     numbers = {"hits": record["hits"], "modes": modes[:5]}
     if not modes:

@@ -7,16 +7,17 @@ import re
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
+from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.flows import root_name
 from memlint.analysis.gpu_selection import in_single_process_arm
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.fact_collector import FactCollector
-from memlint.analysis.project import (Either, UnlessProjectOnCpu, UnlessProjectSavesModelsOnCpu,
-                                      UnlessSavedWithoutGpuTensors)
+from memlint.analysis.project import (Condition, Either, UnlessProjectOnCpu,
+                                      UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors)
 from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
-from memlint.rules.base import FixPlan, Rule
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.rewrites import with_keyword
 
 
@@ -99,7 +100,8 @@ class LoadWithoutMapLocation(Rule):
         # optimizer.load_state_dict moves each state onto its parameter's device
         'import torch\nactor.cuda()\nself.actor_optimizer.load_state_dict(torch.load(f + "_opt"))',
         # the CPU branch of an `if` on the GPU
-        'import torch\nif torch.cuda.is_available():\n    state = torch.load(p, map_location="cuda")\n'
+        'import torch\nif torch.cuda.is_available():\n'
+        '    state = torch.load(p, map_location="cuda")\n'
         'else:\n    state = torch.load(p)',
         # pretrained weights loaded while a module is built (on the CPU)
         'import torch\nclass FCN(torch.nn.Module):\n    def __init__(self):\n'
@@ -135,7 +137,7 @@ class LoadWithoutMapLocation(Rule):
         'model.load_state_dict(torch.load(args.resume))',
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         #: (the call, its statement, loaded into a module, the name it is bound
         #: to, saved just before from CPU values, in code only one process runs)
@@ -205,10 +207,11 @@ class LoadWithoutMapLocation(Rule):
         if into is not None and self._is_engine(into):
             return  # a TensorRT engine's state (torch2trt's TRTModule): bytes and names
         model = "<chained>" if self._chained_as_model() else self._assigned_name()
-        path = _path_key(node.args[0].value) if node.args else None
+        key = _path_key(node.args[0].value) if node.args else None
         # the save of that path just before, in the same function or notebook:
         # what this load reads back when it runs straight after it
-        saved_before = self.last_saves.get(self.ctx.function, {}).get(path)
+        saved_before = self.last_saves.get(self.ctx.function, {}).get(key) \
+            if key is not None else None
         self.loads.append((node, self.statement(), into is not None, model, saved_before,
                            in_single_process_arm(self.ctx)))
 
@@ -255,7 +258,8 @@ class LoadWithoutMapLocation(Rule):
             for extra in (function.params.star_arg, function.params.star_kwarg):
                 if isinstance(extra, cst.Param):
                     parameters.add(extra.name.value)
-        read, pending = set(), [saved]
+        read: set[str] = set()
+        pending = [saved]
         for _ in range(8):  # the names it reads, through their bindings
             if not pending:
                 break
@@ -284,21 +288,26 @@ class LoadWithoutMapLocation(Rule):
     def visit_Subscript(self, node: cst.Subscript) -> None:
         key = _literal_key(node)
         if key is not None and key.lower() in _DATA_KEYS:
-            self.used_as_data.add(root_name(node.value))
+            root = root_name(node.value)
+            if root is not None:
+                self.used_as_data.add(root)
 
     def _note_model_use(self, node: cst.Call) -> None:
         """`m.cuda()`, `m.eval()`, `m(x)` of a name: it holds a model;
         `net.load_state_dict(d[...])`: `d` holds state dicts; `TensorDataset(d)`: data."""
         func = node.func
-        receiver = func.value if isinstance(func, cst.Attribute) else None
+        receiver, method = (func.value, func.attr.value) if isinstance(func, cst.Attribute) \
+            else (None, None)
         name = dotted_name(receiver) if receiver is not None else dotted_name(func)
         if name is None:
             return
-        if receiver is not None and func.attr.value == "load_state_dict" and node.args:
-            self.copied_into_modules.add(root_name(node.args[0].value))
+        if method == "load_state_dict" and node.args:
+            root = root_name(node.args[0].value)
+            if root is not None:
+                self.copied_into_modules.add(root)
         if name.endswith(("Dataset", "DataLoader")):
-            self.used_as_data.update(root_name(arg.value) for arg in node.args)
-        if receiver is None or func.attr.value in _MODEL_USES:
+            self.used_as_data.update(filter(None, (root_name(arg.value) for arg in node.args)))
+        if receiver is None or method in _MODEL_USES:
             self.used_as_model.add(name)
         if receiver is not None and moves_to_cuda(node, self.ctx):
             self.moved_to_gpu.add(name)
@@ -335,7 +344,7 @@ class LoadWithoutMapLocation(Rule):
         return name is not None and self.last_move.get(name) == "cpu"
 
     def finish(self) -> None:
-        distributed = self.starts_ranks is not None or self.ctx.facts.distributed
+        distributed = self.starts_ranks is not None or self.facts.distributed
         for node, statement, direct, model, saved_before, single in self.loads:
             path = _path_key(node.args[0].value) if node.args else None
             if saved_before is True or (saved_before is None and path in self.saved_on_cpu
@@ -349,7 +358,7 @@ class LoadWithoutMapLocation(Rule):
             copied = direct or (model is not None and model in self.copied_into_modules)
             ranks = distributed and not single  # not `if rank == 0:`, `if args.gpu is None:`
             message = self.RANKS if ranks else self.COPIED if copied else self.RESTORED
-            unless = UnlessProjectOnCpu.here(self.ctx)
+            unless: Condition = UnlessProjectOnCpu.here(self.ctx)
             file = _file_named(node.args[0].value) if node.args else None
             if file is not None and path not in self.saved_maybe_gpu:
                 # saved by another file of the project, perhaps from CPU values
@@ -357,7 +366,7 @@ class LoadWithoutMapLocation(Rule):
             if path not in self.saved_maybe_gpu:
                 # the project's own checkpoints, if every saver moves weights to the CPU
                 unless = Either((unless, UnlessProjectSavesModelsOnCpu(
-                    self.ctx.facts.module)))
+                    self.facts.module)))
             fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
                           ((node, with_keyword(node, "map_location", '"cpu"')),))
             self.report(node, message, statement, unless, fix=fix,
@@ -409,7 +418,8 @@ class LoadWithoutMapLocation(Rule):
             target = parent.targets[0].target
             if isinstance(target, (cst.Tuple, cst.List)):
                 names = [dotted_name(e.value) for e in target.elements]
-                return "|".join(names) if names and all(names) else None
+                known = [name for name in names if name]
+                return "|".join(known) if names and len(known) == len(names) else None
             return dotted_name(target)
         return None
 
@@ -451,7 +461,8 @@ _DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|schedul
 
 def _strings_in(node: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The string literals of an expression (`os.path.join(d, "best.pt")`)."""
-    found, pending = [], [node]
+    found: list[cst.BaseExpression] = []
+    pending = [node]
     while pending and len(found) < 8:
         current = pending.pop()
         if isinstance(current, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
@@ -554,7 +565,7 @@ def _holds_arguments(node: cst.BaseExpression) -> bool:
     return name is not None and name.rsplit(".", 1)[-1] in _ARGUMENTS
 
 
-def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str],
+def _saves_cpu_values(node: cst.BaseExpression, ctx: Context, moved_to_gpu: set[str],
                       expanding: tuple[cst.CSTNode, ...] = ()) -> bool:
     """`model.cpu().state_dict()`, `x.cpu()`, `{k: v.cpu() ...}`, or a name
     bound to such a value, to a CPU tensor factory without a device, or to a
@@ -604,7 +615,8 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str],
     if isinstance(node, cst.Call):
         helper = (dotted_name(node.func) or "").rsplit(".", 1)[-1].lower()
         cpu_flag = call_arg(node, "cpu")
-        if "cpu" in helper.split("_") or (cpu_flag is not None and isinstance(cpu_flag.value, cst.Name)
+        if "cpu" in helper.split("_") or (cpu_flag is not None
+                                          and isinstance(cpu_flag.value, cst.Name)
                                           and cpu_flag.value.value == "True"):
             return True  # `as_cpu(state)`, `to_cpu(x)`, `state_dict(model, cpu=True)`
         qualified = ctx.qualify(node.func) or ""
@@ -618,7 +630,7 @@ def _saves_cpu_values(node: cst.BaseExpression, ctx, moved_to_gpu: set[str],
     return False
 
 
-def _resolve_outside(node: cst.BaseExpression, ctx, expanding: tuple[cst.CSTNode, ...],
+def _resolve_outside(node: cst.BaseExpression, ctx: Context, expanding: tuple[cst.CSTNode, ...],
                      ) -> cst.BaseExpression:
     """`ctx.resolve(node)`, except that a name met inside the value it is being
     rebound to (`state = {"model": state, "opt": ...}`) means the value it had

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, Quantity,
-                                   RunFacts, human_bytes, loaded_on_gpu)
+from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, NOT_REACHED, Judgement, Numbers,
+                                   Quantity, Record, RunFacts, human_bytes, loaded_on_gpu)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "LoadedDevicesMeter"
 
 
-def judge(record: dict, facts: RunFacts) -> Judgement:
+def judge(record: Record, facts: RunFacts) -> Judgement:
     loads = record.get("loads", [])
     numbers = {"hits": record["hits"], "loads": loads}
     if not loads:
@@ -25,7 +25,7 @@ def judge(record: dict, facts: RunFacts) -> Judgement:
                      "(the checkpoint was saved from there)", numbers)
 
 
-def _loaded_on_gpu(numbers: dict) -> float | None:
+def _loaded_on_gpu(numbers: Numbers) -> float | None:
     loads = numbers.get("loads")
     if not loads:
         return None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import libcst as cst
 
+from memlint.analysis.context import Context
 from memlint.analysis.gpu_selection import (BY_INDEX, default_device_use,
                                             in_single_process_arm, selects_a_gpu,
                                             sets_current_device, under_device_guard)
@@ -14,7 +16,7 @@ from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessHelpersSetDevice
 from memlint.analysis.stores import code
 from memlint.analysis.torch_api import DEVICE_FACTORIES
-from memlint.rules.base import Rule
+from memlint.rules.base import Rule, RuleOptions
 
 #: callees never worth asking about: they cannot make a GPU current
 _NEVER_SETTER_MODULES = ("torch.", "os.", "sys.", "numpy.", "np.", "random.", "time.",
@@ -42,6 +44,14 @@ class _Event(NamedTuple):
     scopes: tuple[int, ...]
     within: frozenset[int]  # ids of every node around it
     node: cst.CSTNode
+
+
+class _Call(NamedTuple):
+    """A call of a function that may make a GPU current (a helper's)."""
+
+    order: int
+    scopes: tuple[int, ...]
+    node: cst.Call
 
 
 class ImplicitDefaultGpu(Rule):
@@ -134,7 +144,7 @@ class ImplicitDefaultGpu(Rule):
         "x = torch.cuda.FloatTensor(10)",
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         self.order = 0
         #: what shows the program picks a GPU, with where: a launcher's rank
@@ -143,7 +153,7 @@ class ImplicitDefaultGpu(Rule):
         self.selections: list[tuple[_Event, str]] = []
         self.setters: list[_Event] = []
         self.index_picks: list[_Event] = []
-        self.calls: list[_Event] = []
+        self.calls: list[_Call] = []
         self.uses: list[_Use] = []
         #: functions whose body makes a GPU current: name -> ids of such defs
         self.setter_functions: dict[str, set[int]] = {}
@@ -176,7 +186,7 @@ class ImplicitDefaultGpu(Rule):
             return
         written = dotted_name(node.func)
         if written is not None and not _asks_nothing(written):
-            self.calls.append(_Event(self.order, self._scopes(), frozenset(), node))
+            self.calls.append(_Call(self.order, self._scopes(), node))
 
     def _selection(self, node: cst.CSTNode) -> bool:
         what = selects_a_gpu(node, self.ctx)
@@ -200,16 +210,18 @@ class ImplicitDefaultGpu(Rule):
     def _scopes(self) -> tuple[int, ...]:
         return tuple(id(a) for a in reversed(self.ctx.ancestors) if type(a) is cst.FunctionDef)
 
-    def _arms(self):
+    def _arms(self) -> Iterator[tuple[cst.If, bool]]:
         """(the `if`, whether we are in its body) for every `if` around us."""
         ancestors = self.ctx.ancestors
         for i in range(len(ancestors) - 1):
-            if type(ancestors[i]) is cst.If:
-                yield ancestors[i], ancestors[i + 1] is ancestors[i].body
+            branch = ancestors[i]
+            if type(branch) is cst.If:
+                yield branch, ancestors[i + 1] is branch.body
 
     def _other_arms(self) -> tuple[int, ...]:
         return tuple(id(branch.orelse if in_body else branch.body)
-                     for branch, in_body in self._arms() if branch.orelse is not None or not in_body)
+                     for branch, in_body in self._arms()
+                     if branch.orelse is not None or not in_body)
 
     # -- what it adds up to ---------------------------------------------------
     def finish(self) -> None:
@@ -224,13 +236,14 @@ class ImplicitDefaultGpu(Rule):
                                if not self._index_argument(event.node)]
         if not self.selections or not self.uses:
             return
-        by_scope: dict[tuple[int, ...], list[_Use]] = {}
+        #: per function, its uses, each with the selection it ignores
+        by_scope: dict[tuple[int, ...], list[tuple[_Use, tuple[_Event, str]]]] = {}
         for use in self.uses:
-            if self._selection_for(use) is not None and not self._made_current_before(use):
-                by_scope.setdefault(use.scopes, []).append(use)
+            selection_for = self._selection_for(use)
+            if selection_for is not None and not self._made_current_before(use):
+                by_scope.setdefault(use.scopes, []).append((use, selection_for))
         for uses in by_scope.values():
-            first = uses[0]
-            selection, what = self._selection_for(first)
+            first, (selection, what) = uses[0]
             later = [s for s in self.setters if s.order > first.order and _within(first, s)]
             related = [(selection.node, f"the program {what} here")]
             if later:
@@ -268,7 +281,7 @@ class ImplicitDefaultGpu(Rule):
                 return True  # a helper that makes it current (not the function it is in)
         return False
 
-    def _calls_before(self, use: _Use) -> list[_Event]:
+    def _calls_before(self, use: _Use) -> list[_Call]:
         """Calls that may run before `use`: earlier ones in its function (or
         at top level); for a use inside a function, any in the file (its
         caller may make the GPU current before calling it)."""

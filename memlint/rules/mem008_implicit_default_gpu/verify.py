@@ -3,13 +3,14 @@ vs the one it selected."""
 
 from __future__ import annotations
 
-from memlint.verify.judges import CONFIRMED, NOT_CONFIRMED, Judgement, RunFacts, human_bytes
+from memlint.verify.judges import (CONFIRMED, NOT_CONFIRMED, Judgement, Record, RunFacts,
+                                   human_bytes)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "DefaultDeviceMeter"
 
 
-def judge(record: dict, facts: RunFacts) -> Judgement:
+def judge(record: Record, facts: RunFacts) -> Judgement:
     """MEM008: the line created a CUDA context, or left bytes, on a GPU other
     than the one its process selected (`LOCAL_RANK`)."""
     samples = record.get("samples", [])

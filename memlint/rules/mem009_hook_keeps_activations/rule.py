@@ -6,11 +6,12 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import UnlessProjectOnCpu
 from memlint.analysis.stores import STORING_METHODS, code, container_name
 from memlint.finding import UNSAFE
-from memlint.rules.base import FixPlan, Rule
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 
 #: registration method -> how many leading parameters are not tensors (the module)
 _MODULE_HOOKS = {"register_forward_hook": 1, "register_full_backward_hook": 1,
@@ -50,13 +51,16 @@ class HookKeepsActivations(Rule):
 
     VALID = [
         # a host copy
-        "import torch\nfeats = []\ndef hook(module, inp, out):\n    feats.append(out.detach().cpu())\n"
+        "import torch\nfeats = []\ndef hook(module, inp, out):\n"
+        "    feats.append(out.detach().cpu())\n"
         "model.layer4.register_forward_hook(hook)",
         # a statistic
-        "import torch\nnorms = []\ndef hook(module, inp, out):\n    norms.append(out.norm().item())\n"
+        "import torch\nnorms = []\ndef hook(module, inp, out):\n"
+        "    norms.append(out.norm().item())\n"
         "model.fc.register_forward_hook(hook)",
         # overwritten under a fixed key each forward
-        "import torch\nacts = {}\ndef get(name):\n    def hook(m, i, o):\n        acts[name] = o.detach()\n"
+        "import torch\nacts = {}\ndef get(name):\n"
+        "    def hook(m, i, o):\n        acts[name] = o.detach()\n"
         "    return hook\nmodel.layer4.register_forward_hook(get('layer4'))",
         # emptied every call by the owner
         "import torch\nclass GradCAM:\n    def __init__(self, layer):\n        self.acts = []\n"
@@ -76,29 +80,37 @@ class HookKeepsActivations(Rule):
         "net.register_forward_hook(hook)",
     ]
     INVALID = [
-        "import torch\nnet = model = build().cuda()\nfeatures = []\ndef hook(module, inp, out):\n    features.append(out)\n"
+        "import torch\nnet = model = build().cuda()\nfeatures = []\n"
+        "def hook(module, inp, out):\n    features.append(out)\n"
         "model.layer4.register_forward_hook(hook)",
         # detached: no graph, but the activation stays on the GPU
-        "import torch\nnet = model = build().cuda()\nfeatures = []\ndef hook(module, inp, out):\n    features.append(out.detach())\n"
+        "import torch\nnet = model = build().cuda()\nfeatures = []\n"
+        "def hook(module, inp, out):\n    features.append(out.detach())\n"
         "model.layer4.register_forward_hook(hook)",
-        "import torch\nnet = model = build().cuda()\nclass Extractor:\n    def __init__(self, model):\n        self.outputs = []\n"
+        "import torch\nnet = model = build().cuda()\nclass Extractor:\n"
+        "    def __init__(self, model):\n        self.outputs = []\n"
         "        model.fc.register_forward_hook(self.save)\n    def save(self, m, i, o):\n"
         "        self.outputs.append(o)",
-        "import torch\nnet = model = build().cuda()\ngrads = []\nx.register_hook(lambda g: grads.append(g))",
-        "import torch\nnet = model = build().cuda()\nacts = []\nmodel.layer3.register_forward_hook(lambda m, i, o: acts.append(o))",
+        "import torch\nnet = model = build().cuda()\n"
+        "grads = []\nx.register_hook(lambda g: grads.append(g))",
+        "import torch\nnet = model = build().cuda()\nacts = []\n"
+        "model.layer3.register_forward_hook(lambda m, i, o: acts.append(o))",
         # through a local name
-        "import torch\nnet = model = build().cuda()\nkept = []\ndef hook(m, i, o):\n    a = o.flatten(1)\n    kept.append(a)\n"
+        "import torch\nnet = model = build().cuda()\nkept = []\n"
+        "def hook(m, i, o):\n    a = o.flatten(1)\n    kept.append(a)\n"
         "net.register_forward_hook(hook)",
         # the input of a pre-hook
-        "import torch\nnet = model = build().cuda()\ninputs = []\ndef pre(m, args):\n    inputs.extend(args)\n"
+        "import torch\nnet = model = build().cuda()\n"
+        "inputs = []\ndef pre(m, args):\n    inputs.extend(args)\n"
         "net.register_forward_pre_hook(pre)",
         # a running concatenation on the module object
-        "import torch\nnet = model = build().cuda()\nclass Probe:\n    def __init__(self, layer):\n        self.cache = None\n"
+        "import torch\nnet = model = build().cuda()\nclass Probe:\n"
+        "    def __init__(self, layer):\n        self.cache = None\n"
         "        layer.register_forward_hook(self.grab)\n    def grab(self, m, i, o):\n"
         "        self.cache = o if self.cache is None else torch.cat([self.cache, o])",
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         #: hooks as registered: (what names the function, tensor parameters to skip)
         self.registered: list[tuple[str, int]] = []
@@ -131,7 +143,7 @@ class HookKeepsActivations(Rule):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             name = dotted_name(target.target)
-            if name and isinstance(node.value, (cst.List, cst.Dict)) and not _elements(node.value):
+            if name and isinstance(node.value, (cst.List, cst.Dict)) and not node.value.elements:
                 function = self.ctx.function
                 if self.ctx.in_loop or (function is not None and function.name.value != "__init__"):
                     self.emptied.add(name)  # reset per step, not set up once
@@ -157,8 +169,9 @@ class HookKeepsActivations(Rule):
             stored = body.args[-1].value
             container = container_name(body.func.value)
             if container and container not in params and _reads(stored, params, {}):
+                verb = STORING_METHODS[body.func.attr.value]
                 self.lambda_kept.append(_Kept(body, self.statement(), container, stored,
-                                              _detached(stored), STORING_METHODS[body.func.attr.value]))
+                                              _detached(stored), verb))
 
     # -- stores in functions that may be hooks --------------------------------
     def _note_store(self, node: cst.CSTNode) -> None:
@@ -175,13 +188,14 @@ class HookKeepsActivations(Rule):
             if not isinstance(func, cst.Attribute) or func.attr.value not in STORING_METHODS \
                     or not isinstance(self.ctx.parent, cst.Expr) or not node.args:
                 return None
-            container, stored, verb = func.value, node.args[-1].value, STORING_METHODS[func.attr.value]
+            container, stored = func.value, node.args[-1].value
+            verb = STORING_METHODS[func.attr.value]
         elif isinstance(node, cst.Assign) and len(node.targets) == 1:
             container = node.targets[0].target
-            stored = _concatenated_onto(node.value, dotted_name(container))
-            verb = "concatenate"
-            if stored is None:
+            concatenated = _concatenated_onto(node.value, dotted_name(container))
+            if concatenated is None:
                 return None
+            stored, verb = concatenated, "concatenate"
         else:
             return None
         owner = container_name(container)
@@ -208,10 +222,6 @@ class HookKeepsActivations(Rule):
                         UnlessProjectOnCpu.here(self.ctx), fix=_to_host(kept))
 
 
-def _elements(value: cst.BaseExpression) -> list:
-    return list(value.elements)
-
-
 def _concatenated_onto(value: cst.BaseExpression, name: str | None) -> cst.BaseExpression | None:
     """`o` in `self.cache = o if self.cache is None else torch.cat([self.cache, o])`."""
     if name is None:
@@ -219,15 +229,16 @@ def _concatenated_onto(value: cst.BaseExpression, name: str | None) -> cst.BaseE
     if isinstance(value, cst.IfExp):
         return _concatenated_onto(value.orelse, name) or _concatenated_onto(value.body, name)
     if isinstance(value, cst.Call) and (dotted_name(value.func) or "").endswith(("cat", "stack")) \
-            and value.args and isinstance(value.args[0].value, (cst.List, cst.Tuple)):
-        parts = [e.value for e in value.args[0].value.elements]
+            and value.args and isinstance(sequence := value.args[0].value, (cst.List, cst.Tuple)):
+        parts = [e.value for e in sequence.elements]
         if any(dotted_name(p) == name for p in parts):
             others = [p for p in parts if dotted_name(p) != name]
             return others[0] if others else None
     return None
 
 
-def _reads(stored: cst.BaseExpression, params: list[str], local: dict, depth: int = 0) -> bool:
+def _reads(stored: cst.BaseExpression, params: list[str], local: dict[str, cst.BaseExpression],
+           depth: int = 0) -> bool:
     """Whether `stored` is one of the hook's tensors (or made from one by
     element-wise and shape methods), not released to the host or summarised."""
     if depth > 6:

@@ -7,6 +7,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from memlint.analysis.autograd_values import AutogradValues
+from memlint.analysis.context import Context
 from memlint.analysis.devices import device_of_value, made_by_a_forward
 from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.module_index import ModuleIndex
@@ -15,7 +16,7 @@ from memlint.analysis.names import dotted_name
 from memlint.analysis.stores import (Store, StoresAt, code, container_name, iterates_data,
                                      outlived_loops, reads_across_batches)
 from memlint.finding import UNSAFE
-from memlint.rules.base import FixPlan, Rule
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 
 #: Stores that grow with every iteration (a running sum keeps one tensor's size).
 _GROWING = {"append", "extend with", "insert", "concatenate"}
@@ -112,7 +113,7 @@ class PredictionsKeptOnGpu(Rule):
         "            feats.append(self.model(x.cuda()))\n        return feats",
     ]
 
-    def __init__(self, ctx, options=None) -> None:
+    def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         super().__init__(ctx, options)
         self.values = AutogradValues(ctx)
         self.stores = ctx.shared(StoresAt)
@@ -156,7 +157,7 @@ class PredictionsKeptOnGpu(Rule):
                         UnlessProjectOnCpu.here(self.ctx), fix=_to_host(store))
 
 
-def _small_summary(value: cst.BaseExpression, ctx, depth: int = 0) -> bool:
+def _small_summary(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool:
     """`out.argmax(1)`, `(pred == y).sum()`, `torch.argmax(out, 1)`, or a name
     bound to one (`labels = probs.argmax(1)`): one number per sample or per batch."""
     while isinstance(value, cst.Subscript):
@@ -179,13 +180,14 @@ def _small_summary(value: cst.BaseExpression, ctx, depth: int = 0) -> bool:
             func.value if isinstance(func, cst.Name) else None
         if last in _SMALL_SUMMARIES or _computes_a_loss(func, ctx):
             return True
-        if last in ("item", "long", "int", "float", "cpu", "detach") and isinstance(func, cst.Attribute):
+        if last in ("item", "long", "int", "float", "cpu", "detach") \
+                and isinstance(func, cst.Attribute):
             return _small_summary(func.value, ctx, depth + 1) \
                 if last in ("long", "int", "float", "detach") else False
     return False
 
 
-def _computes_a_loss(func: cst.BaseExpression, ctx) -> bool:
+def _computes_a_loss(func: cst.BaseExpression, ctx: Context) -> bool:
     """`F.cross_entropy(...)`, `criterion(...)`: a loss, one number per batch
     (reduced by default)."""
     qualified = ctx.qualify(func) or ""

@@ -3,14 +3,14 @@ iteration."""
 
 from __future__ import annotations
 
-from memlint.verify.judges import Quantity
+from memlint.verify.judges import Numbers, Quantity
 from memlint.verify.judges import judge_kept_growth as judge  # noqa: F401  (this rule's judge)
 
 #: the class in memlint/verify/meters.py that probes the flagged line
 METER = "KeptOnDeviceMeter"
 
 
-def _per_iteration(numbers: dict) -> float | None:
+def _per_iteration(numbers: Numbers) -> float | None:
     return numbers.get("per_execution_bytes")
 
 

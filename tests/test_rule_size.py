@@ -1,0 +1,37 @@
+"""A rule is a small query over the shared analyses: no rule module over 400
+lines. Six rules are still private analysis engines from before the semantic
+model (issue 24): each may only shrink until it is under the limit, and a new
+rule module is held to it from the start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+RULES = Path(__file__).resolve().parent.parent / "memlint" / "rules"
+LIMIT = 400
+#: rule module -> the most lines it may have until it is cut down (2026-11-26)
+SHRINKING = {
+    "mem001_whole_dataset_to_device": 973,
+    "mem002_cuda_in_data_worker": 580,
+    "mem003_tensor_history_kept": 507,
+    "mem004_grad_in_inference": 812,
+    "mem005_dataloader_without_pin_memory": 449,
+    "mem007_load_without_map_location": 644,
+}
+
+
+@pytest.mark.parametrize("module", sorted(RULES.glob("mem*/*.py")),
+                         ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_no_rule_module_grows_past_its_limit(module):
+    lines = len(module.read_text(encoding="utf-8").splitlines())
+    ceiling = SHRINKING.get(module.parent.name, LIMIT) if module.name == "rule.py" else LIMIT
+    assert lines <= ceiling, f"{module.parent.name}/{module.name}: {lines} lines > {ceiling}"
+
+
+def test_a_rule_under_the_limit_leaves_the_list():
+    """Once a listed rule is under the limit, its entry goes: the list only shrinks."""
+    small = [name for name, _ in SHRINKING.items()
+             if len((RULES / name / "rule.py").read_text(encoding="utf-8").splitlines()) <= LIMIT]
+    assert small == []
