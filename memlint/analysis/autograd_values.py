@@ -777,9 +777,38 @@ class _Flow:
 #: What runs a backward: `loss.backward()`, `self.manual_backward(loss)`,
 #: `torch.autograd.grad(...)`.
 BACKWARD_METHODS = {"backward", "manual_backward"}
+
+
+def backpropagated(call: cst.Call, qualified: str | None) -> set[str]:
+    """The names whose graph a backward call may run through: `loss` of
+    `loss.backward()`, `accelerator.backward(loss)`, `self.manual_backward(loss)`,
+    `scaler.scale(loss).backward()`, `torch.autograd.backward(loss)`. A value
+    back-propagated carries autograd history, whatever made it. `x.backward(y)`
+    names both: `y` is the loss of an accelerator or engine, the gradient of a tensor."""
+    func = call.func
+    positional = [arg.value for arg in call.args if arg.keyword is None and not arg.star]
+    if qualified in AUTOGRAD_ENTRY:
+        targets = positional[:1]
+    elif type(func) is cst.Attribute and func.attr.value in BACKWARD_METHODS:
+        receiver = func.value
+        if type(receiver) is cst.Call and len(receiver.args) == 1:
+            receiver = receiver.args[0].value  # `scaler.scale(loss).backward()`
+        targets = [receiver, *positional[:1]]
+    else:
+        return set()
+    return {name for name in map(dotted_name, targets) if name is not None}
+
+
 _GROWING_METHODS = {"append", "extend", "insert", "appendleft", "add", "update"}
 _DETACHING_METHODS = {"detach", "detach_", "item", "tolist", "numpy"}
 _DETACHED_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device"}
+
+
+def rebound(node: cst.Assign) -> set[str]:
+    """The names an assignment binds anew (`loss = ...`, `a, b = ...`; not the
+    container of `d[k] = ...`): whatever they held before is gone."""
+    return {name for target in node.targets for name, whole in _bound_names(target.target)
+            if whole}
 
 
 def _bound_names(target: cst.BaseExpression) -> list[tuple[str, bool]]:

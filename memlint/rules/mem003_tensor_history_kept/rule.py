@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.analysis.autograd_values import (BACKWARD_METHODS, AutogradValues, BackwardFlows,
-                                              Value, names_in)
+from memlint.analysis.autograd_values import (BACKWARD_METHODS, HISTORY_SCALAR, AutogradValues,
+                                              BackwardFlows, Value, backpropagated, names_in,
+                                              rebound)
 from memlint.analysis.context import Context, Loop
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
@@ -57,6 +58,8 @@ class _Frame:
     model_code: bool
     stores: list[_Store] = field(default_factory=list)
     calls_backward: bool = False
+    #: the names this function back-propagated so far (`loss` of `loss.backward()`)
+    backpropagated: set[str] = field(default_factory=set)
 
 
 class TensorHistoryKept(Rule):
@@ -72,6 +75,14 @@ class TensorHistoryKept(Rule):
     code = "MEM003"
 
     VALID = [
+        # back-propagated, then the name bound to a number before it is kept
+        "import torch\nimport numpy as np\ntotal = 0\nfor x, y in folds:\n"
+        "    loss = criterion(model(x.cuda()), y)\n    loss.backward()\n"
+        "    loss = np.mean(np.abs(y - predict(x)))\n    total += loss",
+        # back-propagated, then kept as a number
+        "import torch\nfrom losses import combined_loss\ntotal = 0\nfor x, y in loader:\n"
+        "    loss, parts = combined_loss(model(x.cuda()), y)\n    loss.backward()\n"
+        "    total += loss.item()",
         # made afresh every epoch, grows over the two models of one step only
         "import torch\nfor epoch in range(3):\n    feats = []\n    for net in nets:\n"
         "        out, feat = net(x)\n        criterion(out, y).backward()\n"
@@ -176,6 +187,13 @@ class TensorHistoryKept(Rule):
         "        outputs.append(m(X @ params[0]))\n    return outputs, state",
     ]
     INVALID = [
+        # a loss made by the project's own function in another file: it was
+        # back-propagated, so it carries history whatever made it
+        "import torch\nfrom losses import combined_loss\ntotal = 0\nfor x, y in loader:\n"
+        "    loss, parts = combined_loss(model(x.cuda()), y)\n    loss.backward()\n"
+        "    optimizer.step()\n    total += loss",
+        "import torch\nlosses = []\nfor batch in loader:\n    loss = compute(batch)\n"
+        "    accelerator.backward(loss)\n    losses.append(loss)",
         "import torch\nlosses = []\nfor x, y in loader:\n    loss = criterion(model(x), y)\n"
         "    loss.backward()\n    losses.append(loss)",
         "import torch\ntotal_loss = 0\nfor x, y in loader:\n    out = model(x)\n"
@@ -381,6 +399,8 @@ class TensorHistoryKept(Rule):
     def visit_Assign(self, node: cst.Assign) -> None:
         for store in self.stores(node):
             self._check_store(store)
+        if self.frames:
+            self.frames[-1].backpropagated -= rebound(node)  # a new value, not the loss
 
     def _check_store(self, store: Store) -> None:
         node, container, stored, verb, chain_of = store
@@ -395,6 +415,9 @@ class TensorHistoryKept(Rule):
         if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
             return  # `x = x + block(x)`: a computation chain, not an accumulation
         value = self.values.value_of(stored)
+        if not value.history and type(stored) is cst.Name and \
+                stored.value in self.frames[-1].backpropagated:
+            value = HISTORY_SCALAR  # `loss.backward()`, then `total += loss`: a loss
         if not value.history and not value.waits:
             return
         if value.host:
@@ -420,9 +443,11 @@ class TensorHistoryKept(Rule):
     def _note_backward(self, node: cst.Call) -> None:
         func = node.func
         method = func if type(func) is cst.Attribute else None
+        qualified = self.ctx.qualify(func)
         if (method is not None and method.attr.value in BACKWARD_METHODS) or \
-                self.ctx.qualify(func) in AUTOGRAD_ENTRY:
+                qualified in AUTOGRAD_ENTRY:
             self.frames[-1].calls_backward = True
+            self.frames[-1].backpropagated |= backpropagated(node, qualified)
             self.training_loops.update(map(id, self.ctx.loops))
         elif method is not None and method.attr.value == "step" and \
                 _OPTIMIZER.search(dotted_name(method.value) or ""):
