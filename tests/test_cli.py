@@ -46,10 +46,19 @@ def project(tmp_path, monkeypatch) -> Path:
 
 # -- exit codes and the text format ---------------------------------------------------
 
-def test_a_clean_run_exits_0_and_prints_nothing_anywhere(project):
+def test_a_clean_run_exits_0_and_says_all_checks_passed_but_not_with_quiet(project):
     write(project / "train.py", CLEAN)
     result = run("check", "train.py", cwd=project)
-    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "All checks passed!\n", "")
+    quiet = run("check", "-q", "train.py", cwd=project)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+
+
+def test_a_path_without_python_files_is_a_warning_on_stderr(project, capsys):
+    write(project / "docs" / "notes.txt", "no code here\n")
+    code, out, err = check(capsys, "docs")
+    assert code == 0 and out == ""
+    assert err == "memlint: warning: no Python files found under the given paths\n"
 
 
 def test_findings_exit_1_as_path_line_column_code_message(project, capsys):
@@ -346,6 +355,20 @@ def test_code_frames_and_colour_follow_the_flags_and_the_environment(project, mo
     monkeypatch.setenv("NO_COLOR", "1")
     assert "\033[" not in run("check", "--show-source", "train.py", cwd=project).stdout
     assert "|" not in run("check", "--no-show-source", "train.py", cwd=project).stdout
+
+
+def test_force_colour_colours_the_concise_lines_and_no_colour_wins(project, monkeypatch):
+    """`FORCE_COLOR=1 memlint check . | less -R`: colour without a terminal."""
+    write(project / "train.py", FLAGGED)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    forced = run("check", "train.py", cwd=project).stdout
+    assert forced.startswith("\033[1mtrain.py:3:9\033[0m: \033[1;33mMEM007\033[0m ")
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\033[" not in run("check", "train.py", cwd=project).stdout
+    monkeypatch.delenv("FORCE_COLOR")
+    monkeypatch.delenv("NO_COLOR")
+    assert "\033[" not in run("check", "train.py", cwd=project).stdout
+    assert "\033[" in run("check", "--color", "always", "train.py", cwd=project).stdout
 
 
 def test_a_rule_page_for_a_terminal_drops_markdown_marks_and_colours_code():

@@ -22,7 +22,9 @@ from memlint.engine.cache import clean as clean_cache
 from memlint.engine.fixes import FileChanged, encode_like, fix_text, wanted, write_fixed
 from memlint.engine.notebook import cell_text, check_notebook_source, fix_notebook
 from memlint.engine.source import check_source, decode
-from memlint.cli.reporters import FORMATS, display_path, fix_summary, full_text, statistics
+from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_text,
+                                   statistics)
+from memlint.cli.reporters import text as concise_text
 from memlint.rules import NAMES_BY_CODE
 from memlint.engine.settings import Settings
 
@@ -220,6 +222,8 @@ def _check(options: argparse.Namespace) -> int:
         on_disk = [p for p in on_disk if not settings.is_excluded(p)]
     output = _output_file(options.output_file) if options.output_file else None
     sources = discover_sources(on_disk, settings)
+    if not sources and on_disk and "-" not in paths:
+        print("memlint: warning: no Python files found under the given paths", file=sys.stderr)
     stdin = _stdin_source(options, settings) if "-" in paths else None
     if stdin is not None:
         sources.append(stdin)
@@ -246,12 +250,12 @@ def _check(options: argparse.Namespace) -> int:
     show_source = terminal if options.show_source is None else options.show_source
     if options.format == "text" and show_source:
         say(full_text(report, _lines_by_source(sources), _colour(options.color, terminal)))
+    elif options.format == "text":
+        say(concise_text(report, __version__, _colour(options.color, terminal)))
     else:
         say(FORMATS[options.format](report, __version__))
-    if options.format == "text" and not options.quiet and report.findings:
-        say(fix_summary(report, fixed, options.unsafe_fixes))
-    elif options.format == "text" and not options.quiet and fixed:
-        say(f"Fixed {fixed} finding{'s' * (fixed != 1)}; none left.\n")
+    if options.format == "text" and not options.quiet and sources:
+        say(closing_line(report, fixed, options.unsafe_fixes))
     if output is not None:
         output.close()
     if options.statistics and report.findings:

@@ -47,12 +47,17 @@ def location(finding: Finding) -> str:
     return f"{path}:{finding.line}:{finding.column}"
 
 
-def text(report: Report, version: str) -> str:
+def text(report: Report, version: str, color: bool = False) -> str:
     """One line per finding, its short message (what is wrong; the cost and the
     advice are in the full view, the JSON and the rule's page); `[*]` marks
     one that `--fix` fixes (as ruff marks them)."""
-    return "".join(f"{location(f)}: {f.code} {_fix_mark(f)}{_short(f)}\n"
-                   for f in report.findings)
+    paint = _painter(color)
+    return "".join(_finding_line(f, paint) for f in report.findings)
+
+
+def _finding_line(finding: Finding, paint) -> str:
+    return (f"{paint('bold', location(finding))}: {paint(finding.severity, finding.code)} "
+            f"{_fix_mark(finding)}{_short(finding)}\n")
 
 
 def _short(finding: Finding) -> str:
@@ -65,18 +70,22 @@ _STYLES = {"error": "\033[1;31m", "warning": "\033[1;33m", "note": "\033[1;36m",
            "bold": "\033[1m", "dim": "\033[2m", "reset": "\033[0m"}
 
 
+def _painter(color: bool) -> Callable[[str, str], str]:
+    """`paint(style, text)`: the text in a style of `_STYLES`, or as it is."""
+    def paint(style: str, value: str) -> str:
+        return f"{_STYLES[style]}{value}{_STYLES['reset']}" if color else value
+    return paint
+
+
 def full_text(report: Report, lines_of: Callable[[Finding], list[str] | None],
               color: bool = False) -> str:
     """`text` with the flagged code under each finding, a caret under the
     flagged span (as ruff shows it), and the severity's colour on a terminal.
     `lines_of` gives the finding's file (or notebook cell) as lines, or None."""
-    def paint(style: str, value: str) -> str:
-        return f"{_STYLES[style]}{value}{_STYLES['reset']}" if color else value
-
+    paint = _painter(color)
     out = []
     for f in report.findings:
-        out.append(f"{paint('bold', location(f))}: {paint(f.severity, f.code)} "
-                   f"{_fix_mark(f)}{_short(f)}\n")
+        out.append(_finding_line(f, paint))
         frame = _frame(f, lines_of(f), paint)
         out.extend(frame)
         width = len(str(f.end_line if f.cell is None else f.cell_line + f.end_line - f.line))
@@ -114,8 +123,17 @@ def _fix_mark(finding: Finding) -> str:
     return "[*] " if finding.fix is not None and finding.fix.applicability == SAFE else ""
 
 
+def closing_line(report: Report, fixed: int, unsafe: bool) -> str:
+    """The text format's last line, as ruff ends: what is left, or that all passed."""
+    if report.findings:
+        return fix_summary(report, fixed, unsafe)
+    if fixed:
+        return f"Fixed {fixed} finding{'s' * (fixed != 1)}; none left.\n"
+    return "All checks passed!\n"
+
+
 def fix_summary(report: Report, fixed: int, unsafe: bool) -> str:
-    """The text format's last line: how many findings, and how many fixes wait."""
+    """How many findings, and how many fixes wait."""
     findings = report.findings
     safe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == SAFE)
     unsafe_only = sum(1 for f in findings if f.fix is not None and f.fix.applicability != SAFE)
