@@ -98,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--force-exclude", action="store_true",
                        help="apply excludes to files named on the command line too "
                             "(pre-commit passes every staged file by name)")
+    check.add_argument("--respect-gitignore", action="store_true", default=None,
+                       help="skip what .gitignore and .ignore files name in a directory walk "
+                            "(the default; [tool.memlint] respect-gitignore sets it too)")
+    check.add_argument("--no-respect-gitignore", dest="respect_gitignore",
+                       action="store_false", help="check ignored files too")
     check.add_argument("--output-format", "--format", dest="format", choices=tuple(FORMATS),
                        default="text", help="output format (default: text)")
     check.add_argument("--fail-on", choices=("error", "warning", "note"), default=None,
@@ -459,6 +464,8 @@ def _settings(options: argparse.Namespace, paths: list[str]) -> Settings:
                                budgets=flags)
     if options.fail_on is not None:
         settings = replace(settings, fail_on=options.fail_on)
+    if options.respect_gitignore is not None:
+        settings = replace(settings, respect_gitignore=options.respect_gitignore)
     return settings
 
 

@@ -25,7 +25,7 @@ BUDGETS = {"max-file-size": ("max_file_size_mb", "MB"),
            "file-timeout": ("file_timeout_s", "seconds"),
            "max-file-memory": ("max_file_memory_mb", "MB")}
 _TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores", *BUDGETS, "severity",
-                   "fail-on")
+                   "fail-on", "respect-gitignore")
 #: a rule's code by its code or its name (`[tool.memlint.MEM005]`, `tensor-history-kept`)
 _CODES_BY_KEY = {**{e.code: e.code for e in CATALOGUE}, **{e.name: e.code for e in CATALOGUE}}
 
@@ -115,6 +115,10 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
             values["severities"] = _severities(value, f"{where} {key}")
         elif key == "fail-on":
             values["fail_on"] = severity_level(value, f"{where} {key}")
+        elif key == "respect-gitignore":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where} {key}: expected true or false, got {_shown(value)}")
+            values["respect_gitignore"] = value
         elif key in _CODES_BY_KEY:
             from memlint.rules import RULES_BY_CODE  # a rule's options: its class says which
 

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 from memlint.analysis.project import ModuleFacts, Project, module_name
 from memlint.engine.cache import ResultCache
+from memlint.engine.ignore_files import IgnoreRules
 from memlint.engine.isolation import Budget, Failure, run_supervised
 from memlint.engine.notebook import analyse_notebook_source
 from memlint.engine.settings import Settings
@@ -234,8 +235,12 @@ def discover(paths: Iterable[str], settings: Settings) -> Iterator[str]:
 
 
 def _walk_directory(top: str, settings: Settings) -> Iterator[str]:
+    """Python files and notebooks under `top`, skipping excluded paths and,
+    with `respect-gitignore`, those that .gitignore or .ignore files name."""
     seen: set[tuple[int, int]] = set()
+    rules_by_folder = {top: IgnoreRules.for_walk(top) if settings.respect_gitignore else None}
     for root, dirs, files in os.walk(top, followlinks=True):
+        rules = rules_by_folder.pop(root)
         try:
             stat = os.stat(root)
         except OSError:
@@ -245,10 +250,17 @@ def _walk_directory(top: str, settings: Settings) -> Iterator[str]:
             dirs[:] = []
             continue
         seen.add((stat.st_dev, stat.st_ino))
-        dirs[:] = sorted(d for d in dirs if not settings.is_excluded(os.path.join(root, d)))
+        if rules is not None:
+            rules = rules.inside(root, files)
+        dirs[:] = sorted(d for d in dirs if _kept(os.path.join(root, d), True, settings, rules))
+        rules_by_folder.update((os.path.join(root, d), rules) for d in dirs)
         for name in sorted(files):
-            if name.endswith((*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)):
-                full = os.path.join(root, name)
-                if not settings.is_excluded(full):
-                    yield full
+            full = os.path.join(root, name)
+            if name.endswith((*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)) \
+                    and _kept(full, False, settings, rules):
+                yield full
+
+
+def _kept(path: str, is_folder: bool, settings: Settings, rules: IgnoreRules | None) -> bool:
+    return not settings.is_excluded(path) and (rules is None or not rules.ignores(path, is_folder))
 

@@ -1,0 +1,68 @@
+"""A directory walk skips what .gitignore and .ignore files name, as ruff's does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import check, write
+
+FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
+
+
+@pytest.fixture
+def repository(tmp_path, monkeypatch) -> Path:
+    """A git work tree (a `.git` folder is what marks one) as the working directory."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    write(tmp_path / "src" / "train.py", FLAGGED)
+    write(tmp_path / "wandb" / "run-1" / "files" / "train.py", FLAGGED)
+    write(tmp_path / ".gitignore", "wandb/\n*.generated.py\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def flagged_paths(out: str) -> list[str]:
+    return sorted(line.split(":", 1)[0] for line in out.splitlines() if " MEM007 " in line)
+
+
+def test_a_gitignored_run_folder_is_skipped_and_the_flag_turns_it_back_on(repository, capsys):
+    assert flagged_paths(check(capsys, ".")[1]) == ["./src/train.py"]
+    every = check(capsys, "--no-respect-gitignore", ".")[1]
+    assert flagged_paths(every) == ["./src/train.py", "./wandb/run-1/files/train.py"]
+
+
+def test_respect_gitignore_false_in_the_config_checks_ignored_files(repository, capsys):
+    (repository / "pyproject.toml").write_text("[tool.memlint]\nrespect-gitignore = false\n")
+    assert len(flagged_paths(check(capsys, ".")[1])) == 2
+    assert len(flagged_paths(check(capsys, "--respect-gitignore", ".")[1])) == 1
+
+
+def test_a_parent_folders_gitignore_applies_to_a_walk_of_a_subfolder(repository, capsys):
+    write(repository / "src" / "model.generated.py", FLAGGED)
+    assert flagged_paths(check(capsys, "src")[1]) == ["src/train.py"]
+
+
+def test_nested_ignore_files_and_negation_follow_git(repository, capsys):
+    write(repository / "src" / "vendored" / "lib.py", FLAGGED)
+    write(repository / "src" / "vendored" / "ours.py", FLAGGED)
+    write(repository / "src" / ".ignore", "vendored/*\n!vendored/ours.py\n")
+    assert flagged_paths(check(capsys, ".")[1]) == ["./src/train.py", "./src/vendored/ours.py"]
+
+
+def test_a_file_or_folder_named_on_the_command_line_is_checked_even_if_ignored(
+        repository, capsys):
+    named = "wandb/run-1/files/train.py"
+    assert flagged_paths(check(capsys, named)[1]) == [named]
+    assert flagged_paths(check(capsys, "wandb")[1]) == [named]
+
+
+def test_outside_a_git_repository_only_the_walked_trees_ignore_files_count(tmp_path,
+                                                                           monkeypatch, capsys):
+    write(tmp_path / ".gitignore", "project/skipped/\n")  # above the tree, no repository
+    write(tmp_path / "project" / "skipped" / "train.py", FLAGGED)
+    write(tmp_path / "project" / "also" / "train.py", FLAGGED)
+    write(tmp_path / "project" / ".gitignore", "also/\n")
+    monkeypatch.chdir(tmp_path / "project")
+    assert flagged_paths(check(capsys, ".")[1]) == ["./skipped/train.py"]
