@@ -246,6 +246,38 @@ def test_diff_prints_what_fix_would_change_and_writes_nothing(tmp_path, capsys):
     assert check(capsys, "--diff", str(path))[0] == 0
 
 
+EXPOSES_ANOTHER = ("import torch\n\nmodel = Net().cuda()\npredictions = []\n"
+                   "for x, y in loader:\n    out = model(x.cuda())\n"
+                   "    predictions.append(out)\n"
+                   "torch.save(torch.cat(predictions), 'preds.pt')\n")
+
+
+def test_fix_reaches_a_fixed_point_in_one_run(tmp_path, capsys):
+    """MEM003's `.detach()` exposes a MEM010 (the detached output still on the
+    GPU), whose `.cpu()` one run applies too; a second run changes nothing."""
+    path = write(tmp_path / "evaluate.py", EXPOSES_ANOTHER)
+    code, out, err = check(capsys, "--fix", "--unsafe-fixes", str(path))
+    assert (code, out, err) == (0, "Fixed 2 findings; none left.\n", "")
+    assert "predictions.append(out.detach().cpu())" in path.read_text()
+    assert check(capsys, "--fix", "--unsafe-fixes", str(path))[1] == "All checks passed!\n"
+
+
+def test_diff_shows_the_fixed_point_that_fix_writes(tmp_path, capsys):
+    path = write(tmp_path / "evaluate.py", EXPOSES_ANOTHER)
+    code, out, err = check(capsys, "--diff", "--unsafe-fixes", str(path))
+    assert code == 1 and "+    predictions.append(out.detach().cpu())\n" in out
+    assert err == "Would fix 2 findings.\n" and path.read_text() == EXPOSES_ANOTHER
+
+
+def test_fixes_that_do_not_settle_within_the_cap_say_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("memlint.cli.main.MAX_FIX_ROUNDS", 1)
+    path = write(tmp_path / "evaluate.py", EXPOSES_ANOTHER)
+    code, out, err = check(capsys, "--fix", "--unsafe-fixes", str(path))
+    assert code == 1 and "MEM010" in out
+    assert err == ("memlint: fixes did not settle after 1 rounds (each exposed another); "
+                   "review the changes and run --fix again\n")
+
+
 def test_unsafe_fixes_wait_for_the_flag(tmp_path, capsys):
     source = 'import torch\nmodel = Net().cuda()\nstate = torch.load(p)\nprint(state)\n'
     path = write(tmp_path / "train.py", source)

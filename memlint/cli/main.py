@@ -235,15 +235,18 @@ def _check(options: argparse.Namespace) -> int:
     cache = None if options.no_cache else ResultCache(
         options.cache_dir or default_cache_dir(settings), settings)
     report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
+    def check_again(fixed_sources: list[Source]):
+        return check_sources(fixed_sources, settings, jobs=options.jobs or None, cache=cache)
     if options.diff:
         if output is not None:
             output.close()
-        return _diff(report, sources, settings, options.unsafe_fixes)
+        fixed, after, _ = _fix_until_settled(report, sources, settings, options.unsafe_fixes,
+                                             check_again, write=False)
+        return _diff(sources, after, fixed)
     fixed = 0
     if options.fix:
-        fixed, sources = _fix(report, sources, settings, options.unsafe_fixes)
-        if fixed:  # what is left, where it now is
-            report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
+        fixed, sources, report = _fix_until_settled(report, sources, settings,
+                                                    options.unsafe_fixes, check_again)
     for error in report.errors:
         print(f"memlint: internal error while checking {display_path(error.path)}: "
               f"{error.message} (a memlint bug; the other files were checked)", file=sys.stderr)
@@ -357,26 +360,53 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
-def _fix(report, sources: list[Source], settings: Settings, unsafe: bool):
-    """Apply the fixes, file by file; a file that cannot be written keeps its
-    findings and says why. Returns how many findings were fixed, and the
-    sources to check again (stdin's with its fixed text)."""
+#: `--fix` rounds (fix, check again) before giving up on reaching a fixed point
+MAX_FIX_ROUNDS = 10
+
+
+def _fix_until_settled(report, sources: list[Source], settings: Settings, unsafe: bool,
+                       check, write: bool = True):
+    """Fix, check again, fix what the fixes exposed (a `.detach()` leaves a
+    tensor on the GPU for MEM010 to flag), until no fix is left to apply, as
+    ruff does; each later round only touches the files the last one changed.
+    Without `write` the fixed text stays in the sources (`--diff`). Returns
+    the findings fixed, the sources, and the report of what is left."""
+    fixed, changed = 0, None
+    for _ in range(MAX_FIX_ROUNDS):
+        count, sources, changed = _fix(report, sources, settings, unsafe, changed, write)
+        if not count:
+            return fixed, sources, report
+        fixed += count
+        report = check(sources)
+    if any(path in changed for path in _fixable(report, unsafe)):
+        print(f"memlint: fixes did not settle after {MAX_FIX_ROUNDS} rounds (each exposed "
+              f"another); review the changes and run --fix again", file=sys.stderr)
+    return fixed, sources, report
+
+
+def _fix(report, sources: list[Source], settings: Settings, unsafe: bool,
+         only: set[str] | None, write: bool):
+    """Apply the fixes, file by file (only to the paths in `only`, if given); a
+    file that cannot be written keeps its findings and says why. stdin's
+    source, and every source without `write`, gets its fixed bytes instead.
+    Returns how many findings were fixed, the sources, and the paths changed."""
     by_path = _fixable(report, unsafe)
-    fixed, updated = 0, []
+    fixed, updated, changed = 0, [], set()
     for source in sources:
-        findings = by_path.get(source.path)
+        findings = by_path.get(source.path) if only is None or source.path in only else None
         if findings:
             original, _, result = _fixed_text(source, findings, settings, unsafe)
             if result.refused:
                 print(f"memlint: {display_path(source.path)}: not fixed: {result.refused}",
                       file=sys.stderr)
-            if source.data is not None:  # stdin: the fixed text is printed, not written
+            if result.changed and (source.data is not None or not write):
                 source = replace(source, data=encode_like(original, result.text))
-                fixed += len(result.fixed)
+                changed.add(source.path)
             elif result.changed and _written(source.path, original, result.text):
-                fixed += len(result.fixed)
+                changed.add(source.path)
+            fixed += len(result.fixed) if source.path in changed else 0
         updated.append(source)
-    return fixed, updated
+    return fixed, updated, changed
 
 
 def _written(path: str, original: bytes, text: str) -> bool:
@@ -394,27 +424,21 @@ def _written(path: str, original: bytes, text: str) -> bool:
     return True
 
 
-def _diff(report, sources: list[Source], settings: Settings, unsafe: bool) -> int:
+def _diff(before: list[Source], after: list[Source], fixed: int) -> int:
     """`--diff`: what `--fix` would change, as a unified diff; nothing written."""
     import difflib
-    by_path = _fixable(report, unsafe)
-    changes = 0
-    for source in sources:
-        findings = by_path.get(source.path)
-        if not findings:
+    for old, new in zip(before, after):
+        if new.data is old.data:
             continue
-        _, text, result = _fixed_text(source, findings, settings, unsafe)
-        if not result.changed:
-            continue
-        changes += len(result.fixed)
-        name = display_path(source.path)
-        for label, before, after in _changed_parts(name, text, result.text):
-            _write("".join(difflib.unified_diff(before.splitlines(keepends=True),
-                                                after.splitlines(keepends=True),
+        name = display_path(old.path)
+        old_text = decode(old.data if old.data is not None else _read(old.path))
+        for label, was, becomes in _changed_parts(name, old_text, decode(new.data)):
+            _write("".join(difflib.unified_diff(was.splitlines(keepends=True),
+                                                becomes.splitlines(keepends=True),
                                                 fromfile=label, tofile=label)))
-    count = f"{changes} finding{'s' * (changes != 1)}"
-    print(f"Would fix {count}." if changes else "No fixes available.", file=sys.stderr)
-    return EXIT_FINDINGS if changes else EXIT_CLEAN
+    count = f"{fixed} finding{'s' * (fixed != 1)}"
+    print(f"Would fix {count}." if fixed else "No fixes available.", file=sys.stderr)
+    return EXIT_FINDINGS if fixed else EXIT_CLEAN
 
 
 def _changed_parts(name: str, before: str, after: str):
