@@ -426,19 +426,33 @@ def _written(path: str, original: bytes, text: str) -> bool:
 
 def _diff(before: list[Source], after: list[Source], fixed: int) -> int:
     """`--diff`: what `--fix` would change, as a unified diff; nothing written."""
-    import difflib
     for old, new in zip(before, after):
         if new.data is old.data:
             continue
         name = display_path(old.path)
         old_text = decode(old.data if old.data is not None else _read(old.path))
         for label, was, becomes in _changed_parts(name, old_text, decode(new.data)):
-            _write("".join(difflib.unified_diff(was.splitlines(keepends=True),
-                                                becomes.splitlines(keepends=True),
-                                                fromfile=label, tofile=label)))
+            _write(_unified_diff(label, was, becomes))
     count = f"{fixed} finding{'s' * (fixed != 1)}"
     print(f"Would fix {count}." if fixed else "No fixes available.", file=sys.stderr)
     return EXIT_FINDINGS if fixed else EXIT_CLEAN
+
+
+def _unified_diff(label: str, before: str, after: str) -> str:
+    """A diff `patch` and `git apply` take: a last line without a line break
+    is marked as such, instead of running into the next line of the diff."""
+    import difflib
+    lines = difflib.unified_diff(_patch_lines(before), _patch_lines(after),
+                                 fromfile=label, tofile=label)
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                   for line in lines)
+
+
+def _patch_lines(text: str) -> list[str]:
+    """Lines as `patch` counts them: split at LF only (a form feed or a lone
+    CR inside a line is not a break there), each keeping its ending."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
 
 def _changed_parts(name: str, before: str, after: str):
