@@ -551,7 +551,9 @@ def _show_rule(code_or_name: str) -> int:
 
     code = resolve_code(code_or_name)
     if code is None:
-        print(f"memlint rule: error: unknown rule {code_or_name!r}; "
+        from memlint.engine.config import did_you_mean
+        hint = did_you_mean(code_or_name, (*NAMES_BY_CODE, *NAMES_BY_CODE.values()))
+        print(f"memlint rule: error: unknown rule {code_or_name!r}{hint}; "
               f"known codes are {', '.join(NAMES_BY_CODE)}", file=sys.stderr)
         return EXIT_ERROR
     if not sys.stdout.isatty():

@@ -129,8 +129,17 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
             rule_options[rule.code] = _rule_options(rule, value, f"{where}.{key}")
         else:
             known = ", ".join((*_TOP_LEVEL_KEYS, "<rule code or name>"))
-            raise ConfigError(f"{where}: unknown key {key!r}; expected one of {known}")
+            hint = did_you_mean(key, (*_TOP_LEVEL_KEYS, *_CODES_BY_KEY))
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}; expected one of {known}")
     return Settings(**values, rule_options=rule_options)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean 'select'?)` for the closest choice to a typo, or ''."""
+    import difflib  # start-up: only a mistake needs it
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def severity_level(value: object, what: str) -> str:
@@ -149,7 +158,7 @@ def _severities(value: object, what: str) -> dict[str, str]:
     for key, level in value.items():
         code = _CODES_BY_KEY.get(key) or (key if key == SYNTAX_ERROR_CODE else None)
         if code is None:
-            raise ConfigError(f"{what}: unknown rule {key!r}")
+            raise ConfigError(f"{what}: unknown rule {key!r}{did_you_mean(key, _CODES_BY_KEY)}")
         severities[code] = severity_level(level, f"{what}.{key}")
     return severities
 
@@ -198,7 +207,8 @@ def _codes(value: object, what: str, ignoring: bool = False) -> list[str]:
     codes = _strings(value, what, expected)
     for code in codes:
         if not code or not any(known.startswith(code.upper()) for known in ALL_CODES):
-            raise ConfigError(f"{what}: unknown rule code {code!r}; "
+            hint = did_you_mean(code.upper(), ALL_CODES)
+            raise ConfigError(f"{what}: unknown rule code {code!r}{hint}; "
                               f"known codes are {', '.join(ALL_CODES)}")
         if ignoring and code.upper() == SYNTAX_ERROR_CODE:
             raise ConfigError(f"{what}: {SYNTAX_ERROR_CODE} (a file that cannot be read or "
@@ -229,8 +239,8 @@ def _rule_options(rule, value: object, what: str) -> dict:
     for key, option in value.items():
         if key not in declared:
             known = ", ".join(declared) or "none"
-            raise ConfigError(f"{what}: unknown option {key!r} for {rule.code} ({rule.name}); "
-                              f"its options are: {known}")
+            raise ConfigError(f"{what}: unknown option {key!r}{did_you_mean(key, declared)} "
+                              f"for {rule.code} ({rule.name}); its options are: {known}")
         expected = declared[key]
         if not _has_type(option, expected):
             raise ConfigError(f"{what}: {key}: expected {_type_name(expected)}, "
