@@ -392,3 +392,38 @@ def test_the_server_without_its_extra_says_what_to_install_and_exits_2():
     assert done.returncode == 2
     assert done.stderr.strip() == \
         "memlint server: needs pygls (pip install 'torch-memlint[server]')"
+
+
+# -- what a run would do: --show-files, --show-settings, -v -------------------------
+
+def test_show_files_lists_what_would_be_checked_and_checks_nothing(project, capsys):
+    write(project / "src" / "train.py", FLAGGED)
+    write(project / "src" / "nb.ipynb", "{}")
+    write(project / "build" / "copy.py", FLAGGED)
+    code, out, err = check(capsys, "--show-files", ".")
+    assert (code, out, err) == (0, "./src/nb.ipynb\n./src/train.py\n", "")
+
+
+def test_show_settings_prints_the_settings_in_force_as_toml_that_loads_back(project, capsys):
+    tomllib = pytest.importorskip("tomllib")
+    from memlint.engine.config import load_settings, settings_from_table
+    (project / "pyproject.toml").write_text(
+        "[tool.memlint]\nignore = [\"MEM005\"]\nfail-on = \"warning\"\n"
+        "[tool.memlint.per-file-ignores]\n\"tests/*\" = [\"MEM004\"]\n")
+    code, out, _ = check(capsys, "--show-settings", "--extend-ignore", "MEM001", ".")
+    assert code == 0 and out.startswith(f"# configuration: {project / 'pyproject.toml'}\n")
+    shown = settings_from_table(tomllib.loads(out)["tool"]["memlint"], "shown",
+                                root=str(project))
+    expected = load_settings(project / "pyproject.toml")
+    assert shown.ignore == ("MEM005", "MEM001") and shown.fail_on == "warning"
+    assert shown.per_file_ignores == expected.per_file_ignores == {"tests/*": ("MEM004",)}
+    assert shown.exclude == expected.exclude
+
+
+def test_verbose_says_which_configuration_and_what_the_check_cost(project, capsys):
+    write(project / "train.py", CLEAN)
+    code, out, err = check(capsys, "-v", "--no-cache", "train.py")
+    assert code == 0 and out == "All checks passed!\n"
+    first, second = err.splitlines()
+    assert first == "memlint: configuration: none (the defaults)"
+    assert second.startswith("memlint: checked 1 file (0 from the cache) in ")

@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 from memlint.version import __version__
 from memlint.engine.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
-                                common_parent, find_pyproject, load_settings, parse_codes)
+                                   common_parent, describe_settings, find_pyproject,
+                                   load_settings, parse_codes)
 from memlint.engine import Source, check_sources, discover_sources, size_limit
+from memlint.engine.paths import useful_jobs
 from memlint.engine.cache import ResultCache, default_cache_dir
 from memlint.engine.cache import clean as clean_cache
 from memlint.engine.fixes import FileChanged, encode_like, fix_text, wanted, write_fixed
@@ -118,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "set; FORCE_COLOR forces it), always, never")
     check.add_argument("-q", "--quiet", action="store_true",
                        help="print the findings only: no summary line")
+    check.add_argument("-v", "--verbose", action="store_true",
+                       help="also say on stderr which configuration was used and how many "
+                            "files were checked, from the cache, in how long")
+    check.add_argument("--show-files", action="store_true",
+                       help="list the files that would be checked, and check nothing")
+    check.add_argument("--show-settings", action="store_true",
+                       help="print the settings in force (configuration file and flags "
+                            "resolved), and check nothing")
     check.add_argument("-o", "--output-file", metavar="PATH",
                        help="write the report to this file instead of stdout")
     check.add_argument("--exit-zero", action="store_true",
@@ -217,8 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- check -----------------------------------------------------------------------
 
 def _check(options: argparse.Namespace) -> int:
+    started = time.perf_counter()
     paths = options.paths or ["."]
-    settings = _settings(options, paths)
+    pyproject = _pyproject(options, paths)
+    settings = _settings(options, pyproject)
+    if options.show_settings:
+        _write(describe_settings(settings, pyproject))
+        return EXIT_CLEAN
     missing = [p for p in paths if p != "-" and not os.path.lexists(p)]
     for path in missing:
         print(f"memlint: {display_path(path)}: no such file or directory", file=sys.stderr)
@@ -227,6 +243,9 @@ def _check(options: argparse.Namespace) -> int:
         on_disk = [p for p in on_disk if not settings.is_excluded(p)]
     output = _output_file(options.output_file) if options.output_file else None
     sources = discover_sources(on_disk, settings)
+    if options.show_files:
+        _write("".join(f"{display_path(source.path)}\n" for source in sources))
+        return EXIT_ERROR if missing else EXIT_CLEAN
     if not sources and on_disk and "-" not in paths:
         print("memlint: warning: no Python files found under the given paths", file=sys.stderr)
     stdin = _stdin_source(options, settings) if "-" in paths else None
@@ -235,6 +254,9 @@ def _check(options: argparse.Namespace) -> int:
     cache = None if options.no_cache else ResultCache(
         options.cache_dir or default_cache_dir(settings), settings)
     report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
+    if options.verbose:
+        _say_what_was_done(pyproject, report, options.jobs, started)
+
     def check_again(fixed_sources: list[Source]):
         return check_sources(fixed_sources, settings, jobs=options.jobs or None, cache=cache)
     if options.diff:
@@ -477,21 +499,36 @@ def _write_bytes(data: bytes) -> None:
     sys.stdout.flush()
 
 
-def _settings(options: argparse.Namespace, paths: list[str]) -> Settings:
+def _pyproject(options: argparse.Namespace, paths: list[str]):
+    """The pyproject.toml whose [tool.memlint] is read, or None (the defaults)."""
     if options.no_config:
-        settings = Settings(root=os.getcwd())
-    elif options.config:
+        return None
+    if options.config:
         if not os.path.exists(options.config):
             raise ConfigError(f"--config {options.config}: no such file")
         if not os.path.isfile(options.config):
             raise ConfigError(f"--config {options.config}: not a regular file (--no-config "
                               f"uses the defaults)")
         from pathlib import Path
-        settings = load_settings(Path(options.config))
-    else:
-        anchors = [options.stdin_filename if p == "-" and options.stdin_filename else p
-                   for p in paths]
-        settings = load_settings(find_pyproject(common_parent(anchors)))
+        return Path(options.config)
+    anchors = [options.stdin_filename if p == "-" and options.stdin_filename else p
+               for p in paths]
+    return find_pyproject(common_parent(anchors))
+
+
+def _say_what_was_done(pyproject, report, jobs: int, started: float) -> None:
+    """`-v`: the configuration used, and what the check cost."""
+    config = display_path(str(pyproject)) if pyproject else "none (the defaults)"
+    analysed = report.files - report.cached
+    processes = useful_jobs(jobs or None, analysed) if analysed else 0
+    print(f"memlint: configuration: {config}", file=sys.stderr)
+    print(f"memlint: checked {report.files} file{'s' * (report.files != 1)} "
+          f"({report.cached} from the cache) in {time.perf_counter() - started:.2f} s "
+          f"with {processes} worker process{'es' * (processes != 1)}", file=sys.stderr)
+
+
+def _settings(options: argparse.Namespace, pyproject) -> Settings:
+    settings = load_settings(pyproject)
     given = vars(options)  # a budget flag not given is absent (argparse.SUPPRESS)
     flags = {field: given[key.replace("-", "_")] for key, (field, _) in BUDGETS.items()
              if key.replace("-", "_") in given}

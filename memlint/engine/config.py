@@ -142,6 +142,32 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def describe_settings(settings: Settings, pyproject: Path | None) -> str:
+    """`--show-settings`: the settings in force, written as the [tool.memlint]
+    table that would set them (valid TOML: it can be pasted back)."""
+    import json
+
+    def value(item: object) -> str:
+        return json.dumps(list(item) if isinstance(item, tuple) else item)
+    top = {"select": settings.select, "extend-select": settings.extend_select,
+           "ignore": settings.ignore, "exclude": settings.exclude,
+           "extend-exclude": settings.extend_exclude,
+           "respect-gitignore": settings.respect_gitignore,
+           "max-file-size": settings.max_file_size_mb or 0,
+           "file-timeout": settings.file_timeout_s or 0,
+           "max-file-memory": settings.max_file_memory_mb or 0, "fail-on": settings.fail_on}
+    tables = {"per-file-ignores": settings.per_file_ignores,
+              "severity": {code: settings.severity_of(code) for code in ALL_CODES},
+              **settings.rule_options}
+    lines = [f"# configuration: {pyproject or 'none (the defaults)'}",
+             f"# patterns relative to: {settings.root}", "[tool.memlint]",
+             *(f"{key} = {value(item)}" for key, item in top.items())]
+    for name, table in tables.items():
+        lines += ["", f"[tool.memlint.{name}]",
+                  *(f"{json.dumps(key)} = {value(item)}" for key, item in table.items())]
+    return "\n".join(lines) + "\n"
+
+
 def severity_level(value: object, what: str) -> str:
     if value not in SEVERITIES:
         raise ConfigError(f"{what}: expected one of {', '.join(reversed(SEVERITIES))}, "
