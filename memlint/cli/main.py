@@ -154,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--diff", action="store_true",
                        help="print a unified diff of what --fix would change and write nothing "
                             "(exit 1 when there is a change)")
+    check.add_argument("--add-noqa", action="store_true",
+                       help="add a '# noqa: CODE' comment for every finding (to adopt memlint "
+                            "on a large codebase), and report nothing else")
     check.add_argument("--stdin-filename", metavar="PATH",
                        help="the name of the file read from stdin: shown in findings, "
                             "used to find its config and per-file-ignores; a name ending in "
@@ -256,6 +259,9 @@ def _check(options: argparse.Namespace) -> int:
     report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
     if options.verbose:
         _say_what_was_done(pyproject, report, options.jobs, started)
+
+    if options.add_noqa:
+        return _add_noqa(report, sources)
 
     def check_again(fixed_sources: list[Source]):
         return check_sources(fixed_sources, settings, jobs=options.jobs or None, cache=cache)
@@ -429,6 +435,29 @@ def _fix(report, sources: list[Source], settings: Settings, unsafe: bool,
             fixed += len(result.fixed) if source.path in changed else 0
         updated.append(source)
     return fixed, updated, changed
+
+
+def _add_noqa(report, sources: list[Source]) -> int:
+    """`--add-noqa`: comment every file's findings away, as ruff's does."""
+    from memlint.engine.add_noqa import add_noqa
+    by_path: dict[str, list] = {}
+    for finding in report.findings:
+        by_path.setdefault(finding.path, []).append(finding)
+    added = 0
+    for source in sources:
+        findings = by_path.get(source.path)
+        if not findings or source.data is not None:
+            continue
+        if source.path.endswith(".ipynb"):
+            print(f"memlint: {display_path(source.path)}: --add-noqa does not edit notebooks "
+                  f"yet", file=sys.stderr)
+            continue
+        original = _read(source.path)
+        text, lines = add_noqa(decode(original), findings)
+        if lines and _written(source.path, original, text):
+            added += lines
+    print(f"Added {added} noqa comment{'s' * (added != 1)}.", file=sys.stderr)
+    return EXIT_ERROR if report.errors else EXIT_CLEAN
 
 
 def _written(path: str, original: bytes, text: str) -> bool:
