@@ -28,6 +28,7 @@ from memlint.engine.source import check_source, decode
 from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_text,
                                    statistics)
 from memlint.cli.reporters import text as concise_text
+from memlint.cli.baseline import load_baseline, without_known
 from memlint.rules import NAMES_BY_CODE
 from memlint.engine.settings import Settings
 
@@ -154,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--diff", action="store_true",
                        help="print a unified diff of what --fix would change and write nothing "
                             "(exit 1 when there is a change)")
+    check.add_argument("--baseline", metavar="FILE",
+                       help="report only findings that FILE (written by --format json -o "
+                            "FILE) does not hold, so only new ones fail the run")
     check.add_argument("--add-noqa", action="store_true",
                        help="add a '# noqa: CODE' comment for every finding (to adopt memlint "
                             "on a large codebase), and report nothing else")
@@ -244,6 +248,7 @@ def _check(options: argparse.Namespace) -> int:
     on_disk = [p for p in paths if p != "-" and p not in missing]
     if options.force_exclude:
         on_disk = [p for p in on_disk if not settings.is_excluded(p)]
+    known = load_baseline(options.baseline) if options.baseline else None
     output = _output_file(options.output_file) if options.output_file else None
     sources = discover_sources(on_disk, settings)
     if options.show_files:
@@ -275,6 +280,8 @@ def _check(options: argparse.Namespace) -> int:
     if options.fix:
         fixed, sources, report = _fix_until_settled(report, sources, settings,
                                                     options.unsafe_fixes, check_again)
+    if known is not None:
+        report = without_known(report, known)
     for error in report.errors:
         print(f"memlint: internal error while checking {display_path(error.path)}: "
               f"{error.message} (a memlint bug; the other files were checked)", file=sys.stderr)
