@@ -33,7 +33,7 @@ from memlint.rules import NAMES_BY_CODE
 from memlint.engine.settings import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-_MACHINE_FORMATS = ("json", "sarif")
+_MACHINE_FORMATS = ("json", "sarif", "gitlab", "junit")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,4 +1,4 @@
-"""Output formats of `memlint check`: text, json, github, sarif; and --statistics.
+"""Output formats of `memlint check`: text, json, github, sarif, gitlab, junit; and --statistics.
 
 Every reporter gets the whole Report at once, so the json and SARIF documents
 are written in one piece (valid even when empty) and memlint's own internal
@@ -311,8 +311,71 @@ def _directory_uri(path: str) -> str:
     return _file_uri(os.path.abspath(path)).rstrip("/") + "/"
 
 
+_GITLAB_SEVERITIES = {"error": "critical", "warning": "major", "note": "minor"}
+
+
+def gitlab(report: Report, version: str) -> str:
+    """GitLab's code-quality report (a subset of Code Climate's): one issue per
+    finding, with a fingerprint that stays while the finding does (its path,
+    code and message, and which copy of them it is), so merge requests show
+    what is new."""
+    import hashlib
+
+    seen: Counter = Counter()
+    issues = []
+    records = [(f.path, f.code, _with_cell(f), f.line, _GITLAB_SEVERITIES[f.severity])
+               for f in report.findings]
+    records += [(e.path, "internal-error", f"internal error: {e.message}", 1, "blocker")
+                for e in report.errors]
+    for path, code, message, line, severity in records:
+        shown = PurePath(display_path(os.path.relpath(path))).as_posix()
+        seen[shown, code, message] += 1
+        identity = f"{shown}\0{code}\0{message}\0{seen[shown, code, message]}"
+        issues.append({"description": f"{code} {message}", "check_name": code,
+                       "fingerprint": hashlib.sha256(identity.encode()).hexdigest(),
+                       "severity": severity,
+                       "location": {"path": shown, "lines": {"begin": line}}})
+    return json.dumps(issues, indent=2, ensure_ascii=False) + "\n"
+
+
+def junit(report: Report, version: str) -> str:
+    """JUnit XML, as CI systems show test results: one suite per file, one
+    failed test case per finding (one passing case when there is none)."""
+    from xml.etree import ElementTree
+
+    root = ElementTree.Element("testsuites", name="memlint",
+                               tests=str(max(len(report.findings) + len(report.errors), 1)),
+                               failures=str(len(report.findings)), errors=str(len(report.errors)))
+    by_path: dict[str, list[Finding]] = {}
+    for finding in report.findings:
+        by_path.setdefault(display_path(finding.path), []).append(finding)
+    for path, findings in by_path.items():
+        suite = ElementTree.SubElement(root, "testsuite", name=path, tests=str(len(findings)),
+                                       failures=str(len(findings)), errors="0")
+        for f in findings:
+            case = ElementTree.SubElement(suite, "testcase", name=f"{f.code} {f.name}",
+                                          classname=path, file=path, line=str(f.line))
+            failure = ElementTree.SubElement(case, "failure", message=_with_cell(f),
+                                             type=f.severity)
+            failure.text = f"{location(f)}: {f.code} {f.message}"
+    for error in report.errors:
+        suite = ElementTree.SubElement(root, "testsuite", name=display_path(error.path),
+                                       tests="1", failures="0", errors="1")
+        case = ElementTree.SubElement(suite, "testcase", name="memlint",
+                                      classname=display_path(error.path))
+        ElementTree.SubElement(case, "error", message=f"internal error: {error.message}")
+    if not report.findings and not report.errors:
+        suite = ElementTree.SubElement(root, "testsuite", name="memlint", tests="1",
+                                       failures="0", errors="0")
+        ElementTree.SubElement(suite, "testcase", name="No findings", classname="memlint")
+    ElementTree.indent(root)
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            + ElementTree.tostring(root, encoding="unicode") + "\n")
+
+
 FORMATS: dict[str, Callable[[Report, str], str]] = {
-    "text": text, "json": json_format, "github": github, "sarif": sarif,
+    "text": text, "json": json_format, "github": github, "sarif": sarif, "gitlab": gitlab,
+    "junit": junit,
 }
 
 
