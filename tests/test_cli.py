@@ -391,7 +391,7 @@ def test_the_server_without_its_extra_says_what_to_install_and_exits_2():
                           timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == \
-        "memlint server: needs pygls (pip install 'torch-memlint[server]')"
+        "memlint server: needs pygls (pip install 'pygls>=2,<3' where memlint is installed)"
 
 
 # -- what a run would do: --show-files, --show-settings, -v -------------------------

@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "needs the extra 'server')",
                         description="Run memlint's Language Server over stdin/stdout: "
                                     "diagnostics on open and save, quick fixes, # noqa "
-                                    "actions. Needs pygls: pip install 'torch-memlint[server]'.")
+                                    "actions. Needs pygls: pip install 'pygls>=2,<3'.")
     commands.add_parser("verify", help="run a script on a GPU and measure each finding "
                                        "(memlint verify --help)", add_help=False)
     return parser
