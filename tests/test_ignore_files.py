@@ -66,3 +66,21 @@ def test_outside_a_git_repository_only_the_walked_trees_ignore_files_count(tmp_p
     write(tmp_path / "project" / ".gitignore", "also/\n")
     monkeypatch.chdir(tmp_path / "project")
     assert flagged_paths(check(capsys, ".")[1]) == ["./skipped/train.py"]
+
+
+@pytest.mark.parametrize("pattern, path, is_folder, ignored", [
+    ("wandb/", "wandb", True, True), ("wandb/", "wandb", False, None),
+    ("wandb/", "src/wandb", True, True), ("/top.py", "top.py", False, True),
+    ("/top.py", "src/top.py", False, None), ("doc/*.txt", "doc/a.txt", False, True),
+    ("doc/*.txt", "doc/x/a.txt", False, None), ("a/**/b", "a/b", False, True),
+    ("a/**/b", "a/x/y/b", False, True), ("**/foo", "x/y/foo", False, True),
+    ("abc/**", "abc/d/e", False, True), ("*.py[cod]", "m.pyc", False, True),
+    ("[!a]y.py", "ay.py", False, None), ("[!a]y.py", "by.py", False, True),
+    ("d?t", "dot", False, True), ("\\#hash", "#hash", False, True),
+    ("# a comment", "# a comment", False, None), ("!keep.log", "keep.log", False, False),
+    ("trailing.py   ", "trailing.py", False, True),
+])
+def test_patterns_match_as_git_reads_them(pattern, path, is_folder, ignored):
+    from memlint.engine.ignore_files import _pattern, _verdict
+    compiled = [p for p in [_pattern(pattern)] if p is not None]
+    assert _verdict(compiled, path, is_folder) is ignored

@@ -22,9 +22,7 @@ from memlint.engine import Source, check_sources, discover_sources, size_limit
 from memlint.engine.paths import useful_jobs
 from memlint.engine.cache import ResultCache, default_cache_dir
 from memlint.engine.cache import clean as clean_cache
-from memlint.engine.fixes import FileChanged, encode_like, fix_text, wanted, write_fixed
-from memlint.engine.notebook import cell_text, check_notebook_source, fix_notebook
-from memlint.engine.source import check_source, decode
+from memlint.engine.source import decode
 from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_text,
                                    statistics)
 from memlint.cli.reporters import text as concise_text
@@ -357,6 +355,8 @@ def _text_lines(path: str, text: str):
     if not path.endswith(".ipynb"):
         return text.splitlines(keepends=True)
     import json
+
+    from memlint.engine.notebook import cell_text
     return [cell_text(cell).splitlines(keepends=True) for cell in json.loads(text)["cells"]]
 
 
@@ -370,6 +370,7 @@ def _output_file(path: str):
 
 def _fixable(report, unsafe: bool):
     """The findings whose fixes `--fix` applies, by file."""
+    from memlint.engine.fixes import wanted  # start-up: like every fixing step, on demand
     by_path: dict[str, list] = {}
     for finding in report.findings:
         if wanted(finding, unsafe):
@@ -379,6 +380,10 @@ def _fixable(report, unsafe: bool):
 
 def _fixed_text(source: Source, findings, settings: Settings, unsafe: bool):
     """The source's original bytes, and its text with the fixes applied."""
+    from memlint.engine.fixes import fix_text
+    from memlint.engine.notebook import check_notebook_source, fix_notebook
+    from memlint.engine.source import check_source
+
     original = source.data if source.data is not None else _read(source.path)
     text = decode(original)
     if source.path.endswith(".ipynb"):
@@ -425,6 +430,8 @@ def _fix(report, sources: list[Source], settings: Settings, unsafe: bool,
     file that cannot be written keeps its findings and says why. stdin's
     source, and every source without `write`, gets its fixed bytes instead.
     Returns how many findings were fixed, the sources, and the paths changed."""
+    from memlint.engine.fixes import encode_like
+
     by_path = _fixable(report, unsafe)
     fixed, updated, changed = 0, [], set()
     for source in sources:
@@ -469,6 +476,8 @@ def _add_noqa(report, sources: list[Source]) -> int:
 
 def _written(path: str, original: bytes, text: str) -> bool:
     """Write the fixed text, or say in one line why the file keeps its own."""
+    from memlint.engine.fixes import FileChanged, write_fixed
+
     try:
         write_fixed(path, original, text)
     except FileChanged:
@@ -519,6 +528,8 @@ def _changed_parts(name: str, before: str, after: str):
     if not name.endswith(".ipynb"):
         return [(name, before, after)]
     import json
+
+    from memlint.engine.notebook import cell_text
     cells = zip(json.loads(before)["cells"], json.loads(after)["cells"])
     return [(f"{name}:cell {number}", cell_text(old), cell_text(new))
             for number, (old, new) in enumerate(cells, start=1)

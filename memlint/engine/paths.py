@@ -12,8 +12,6 @@ from typing import NamedTuple
 from memlint.analysis.project import ModuleFacts, Project, module_name
 from memlint.engine.cache import ResultCache
 from memlint.engine.ignore_files import IgnoreRules
-from memlint.engine.isolation import Budget, Failure, run_supervised
-from memlint.engine.notebook import analyse_notebook_source
 from memlint.engine.settings import Settings
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import RuleCrash, syntax_error
@@ -77,7 +75,10 @@ def analyse_file(source: Source, settings: Settings) -> FileResult:
             data = read_regular_file(path, limit)
         elif _larger_than(data, limit):
             raise Unreadable(too_large(limit))
-        analyse = analyse_notebook_source if path.endswith(NOTEBOOK_SUFFIX) else analyse_source
+        if path.endswith(NOTEBOOK_SUFFIX):
+            from memlint.engine.notebook import analyse_notebook_source as analyse
+        else:
+            analyse = analyse_source
         findings, facts = analyse(data, path, settings, module=module_name(path, source.root))
         return FileResult(findings, None, facts)
     except Unreadable as problem:
@@ -164,8 +165,7 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     With a `cache`, a file whose bytes it knows is not analysed again (the
     project's verdict is settled afresh either way)."""
     report = Report(files=len(sources))
-    budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
-    outcomes: list[FileResult | Failure | None] = [None] * len(sources)
+    outcomes: list = [None] * len(sources)  # FileResult, or isolation's Failure
     keys: dict[int, tuple[str, str, bytes]] = {}
     if cache is not None:
         for index, source in enumerate(sources):
@@ -177,8 +177,7 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     report.cached = len(sources) - len(missing)
     tasks = [Source(sources[i].path, keys[i][2], sources[i].root) if i in keys else sources[i]
              for i in missing]  # the bytes already read travel with the task
-    fresh = run_supervised(partial(_check_one, settings=settings), tasks,
-                           useful_jobs(jobs, len(tasks)), budget) if tasks else []
+    fresh = _check_supervised(tasks, settings, jobs) if tasks else []
     for index, outcome in zip(missing, fresh):
         outcomes[index] = outcome
         if cache is not None and index in keys and isinstance(outcome, FileResult) \
@@ -187,7 +186,7 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     findings: list[Finding] = []
     facts: list[ModuleFacts | None] = []
     for source, outcome in zip(sources, outcomes):
-        if isinstance(outcome, Failure):
+        if not isinstance(outcome, FileResult):  # the worker died, hung or hoarded
             findings.append(syntax_error(source.path, 1, 1,
                                          f"cannot check the file: {outcome.reason}"))
             continue
@@ -201,6 +200,16 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     report.findings = Project(facts, look_around=not whole_trees).settle(findings)
     report.errors.sort(key=lambda e: e.path)
     return report
+
+
+def _check_supervised(tasks: list[Source], settings: Settings, jobs: int | None) -> list:
+    """Each task's FileResult, or the Failure of the worker that had it.
+    Imported here: a run answered whole from the cache starts no worker."""
+    from memlint.engine.isolation import Budget, run_supervised
+
+    budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
+    return run_supervised(partial(_check_one, settings=settings), tasks,
+                          useful_jobs(jobs, len(tasks)), budget)
 
 
 def _cache_key(source: Source, settings: Settings) -> tuple[str, str, bytes] | None:
