@@ -49,8 +49,8 @@ def _children_cpu() -> float:
 
 def imported_modules(tree: str, env: dict) -> tuple[int, float]:
     """How many modules a warm run imports, and their cumulative import seconds."""
-    done = subprocess.run([sys.executable, "-P", "-X", "importtime", "-m", "memlint", "check", tree],
-                          capture_output=True, text=True, env=env)
+    command = [sys.executable, "-P", "-X", "importtime", "-m", "memlint", "check", tree]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     rows = [line.split("|") for line in done.stderr.splitlines()
             if line.startswith("import time:") and "self [us]" not in line]
     top_level = [int(cumulative) for _, cumulative, name in rows
