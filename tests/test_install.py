@@ -1,6 +1,7 @@
 """What a user installs: the built wheel and sdist, in a fresh virtualenv,
 with its dependencies from the package index, checks the fixtures as the
-checkout does (README: "from a wheel you build")."""
+checkout does (README: "from a wheel you build"), and runs the README's
+example and every configuration snippet of the docs."""
 
 from __future__ import annotations
 
@@ -40,6 +41,27 @@ def test_the_built_wheel_in_a_fresh_venv_checks_the_fixtures_as_the_checkout_doe
     assert (fresh.returncode, fresh.stdout, fresh.stderr) == \
         (ours.returncode, ours.stdout, ours.stderr)
     assert fresh.returncode == 1 and fresh.stdout.startswith("fixtures/")
+    _the_docs_run_on(bin_dir / "memlint", env, tmp_path)
+
+
+def _the_docs_run_on(memlint: Path, env: dict, tmp_path: Path) -> None:
+    """The README's example prints what it shows, and every configuration
+    snippet of the docs is accepted, by the installed wheel."""
+    readme = (CHECKOUT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```console\n", 1)[1].split("```", 1)[0]
+    command, rest = block.split("\n", 1)
+    shown = subprocess.run([str(memlint), *command.split()[2:]], cwd=CHECKOUT, env=env,
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert shown.stdout == rest.split("$ echo $?", 1)[0]
+    from tests.test_docs import CONFIG_SNIPPETS
+    for number, (where, snippet) in enumerate(CONFIG_SNIPPETS):
+        project = tmp_path / f"project-{number}"
+        project.mkdir()
+        (project / "pyproject.toml").write_text(snippet, encoding="utf-8")
+        loaded = subprocess.run([str(memlint), "check", "--show-settings", "."], cwd=project,
+                                env=env, capture_output=True, text=True, timeout=120,
+                                check=False)
+        assert loaded.returncode == 0, f"{where}: {loaded.stderr}"
 
 
 def test_no_install_line_in_the_docs_names_a_distribution_the_index_lacks():
