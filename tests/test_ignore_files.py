@@ -84,3 +84,9 @@ def test_patterns_match_as_git_reads_them(pattern, path, is_folder, ignored):
     from memlint.engine.ignore_files import _pattern, _verdict
     compiled = [p for p in [_pattern(pattern)] if p is not None]
     assert _verdict(compiled, path, is_folder) is ignored
+
+
+def test_the_repositorys_info_exclude_counts_when_its_root_is_walked(repository, capsys):
+    write(repository / ".git" / "info" / "exclude", "src/train.py\n")
+    assert flagged_paths(check(capsys, ".")[1]) == []
+    assert flagged_paths(check(capsys, "src")[1]) == []

@@ -34,20 +34,19 @@ class IgnoreRules:
     @classmethod
     def above(cls, top: str) -> IgnoreRules:
         """The patterns the folders above `top` set for it: those of its git
-        repository (its folders' ignore files and `.git/info/exclude`), none
-        outside a repository."""
+        repository (its folders' ignore files up to the root, and the root's
+        `.git/info/exclude`), none outside a repository. `top`'s own ignore
+        files are read by the walk."""
         folder = os.path.abspath(top)
-        parents = []
-        while True:
+        chain = [folder]
+        while not os.path.exists(os.path.join(folder, ".git")):
             parent = os.path.dirname(folder)
             if parent == folder:
                 return cls()
             folder = parent
-            parents.append(folder)
-            if os.path.exists(os.path.join(folder, ".git")):
-                break
+            chain.append(folder)
         rules = cls(_specs(folder, [os.path.join(".git", "info", "exclude")]))
-        for parent in reversed(parents):
+        for parent in reversed(chain[1:]):
             rules = rules.inside(parent, IGNORE_FILES)
         return rules
 
