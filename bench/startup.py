@@ -3,7 +3,7 @@ the cache) beside `ruff check --no-cache`, and what the warm run imports.
 
     python bench/startup.py [TREE ...]        # default: fixtures/ and two of its folders
     python bench/startup.py --against DIR     # also memlint from another checkout
-                                              # (git archive REV | tar -x -C DIR)
+                                              # (mkdir DIR; git archive REV memlint | tar -x -C DIR)
 
 Each command runs `--runs` times (default 20) after one untimed run that
 fills the cache, the commands taking turns; the figures are the median wall
