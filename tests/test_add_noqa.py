@@ -43,3 +43,13 @@ def test_add_noqa_twice_adds_nothing_and_keeps_line_endings(tmp_path, capsys):
     check(capsys, "--add-noqa", str(path))
     assert path.read_bytes() == WITH_NOQA.replace("\n", "\r\n").encode()
     assert check(capsys, "--add-noqa", str(path))[2] == "Added 0 noqa comments.\n"
+
+
+def test_add_noqa_says_it_leaves_stdin_alone(tmp_path, capsys, monkeypatch):
+    import io
+    import sys
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SOURCE.encode())))
+    code, out, err = check(capsys, "--add-noqa", "--stdin-filename", "train.py", "-")
+    assert (code, out) == (0, "")
+    assert err == ("memlint: train.py: not changed: --add-noqa does not edit stdin\n"
+                   "Added 0 noqa comments.\n")

@@ -460,11 +460,12 @@ def _add_noqa(report, sources: list[Source]) -> int:
     added = 0
     for source in sources:
         findings = by_path.get(source.path)
-        if not findings or source.data is not None:
+        if not findings:
             continue
-        if source.path.endswith(".ipynb"):
-            print(f"memlint: {display_path(source.path)}: --add-noqa does not edit notebooks "
-                  f"yet", file=sys.stderr)
+        if source.data is not None or source.path.endswith(".ipynb"):
+            what = "stdin" if source.data is not None else "notebooks yet"
+            print(f"memlint: {display_path(source.path)}: not changed: --add-noqa does not "
+                  f"edit {what}", file=sys.stderr)
             continue
         original = _read(source.path)
         text, lines = add_noqa(decode(original), findings)
