@@ -418,7 +418,7 @@ def _fix_until_settled(report, sources: list[Source], settings: Settings, unsafe
             return fixed, sources, report
         fixed += count
         report = check(sources)
-    if any(path in changed for path in _fixable(report, unsafe)):
+    if any(path in (changed or ()) for path in _fixable(report, unsafe)):
         print(f"memlint: fixes did not settle after {MAX_FIX_ROUNDS} rounds (each exposed "
               f"another); review the changes and run --fix again", file=sys.stderr)
     return fixed, sources, report
@@ -495,7 +495,7 @@ def _written(path: str, original: bytes, text: str) -> bool:
 def _diff(before: list[Source], after: list[Source], fixed: int) -> int:
     """`--diff`: what `--fix` would change, as a unified diff; nothing written."""
     for old, new in zip(before, after):
-        if new.data is old.data:
+        if new.data is None or new.data is old.data:  # not fixed
             continue
         name = display_path(old.path)
         old_text = decode(old.data if old.data is not None else _read(old.path))

@@ -51,7 +51,8 @@ def _comment_lines(text: str) -> dict[int, int]:
     string or with a backslash: the last line of their statement."""
     physical = LINE_BREAK.split(text)
     moved: dict[int, int] = {}
-    first, inside_strings = None, set()
+    first: int | None = None
+    inside_strings: set[int] = set()
     try:
         for token in tokenize.generate_tokens(io.StringIO(text).readline):
             if token.type in _STRINGS:

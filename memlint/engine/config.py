@@ -156,7 +156,7 @@ def describe_settings(settings: Settings, pyproject: Path | None) -> str:
            "max-file-size": settings.max_file_size_mb or 0,
            "file-timeout": settings.file_timeout_s or 0,
            "max-file-memory": settings.max_file_memory_mb or 0, "fail-on": settings.fail_on}
-    tables = {"per-file-ignores": settings.per_file_ignores,
+    tables: dict[str, Mapping[str, object]] = {"per-file-ignores": settings.per_file_ignores,
               "severity": {code: settings.severity_of(code) for code in ALL_CODES},
               **settings.rule_options}
     lines = [f"# configuration: {pyproject or 'none (the defaults)'}",

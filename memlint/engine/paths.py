@@ -75,11 +75,12 @@ def analyse_file(source: Source, settings: Settings) -> FileResult:
             data = read_regular_file(path, limit)
         elif _larger_than(data, limit):
             raise Unreadable(too_large(limit))
-        if path.endswith(NOTEBOOK_SUFFIX):
-            from memlint.engine.notebook import analyse_notebook_source as analyse
+        module = module_name(path, source.root)
+        if path.endswith(NOTEBOOK_SUFFIX):  # imported here: most runs check no notebook
+            from memlint.engine.notebook import analyse_notebook_source
+            findings, facts = analyse_notebook_source(data, path, settings, module=module)
         else:
-            analyse = analyse_source
-        findings, facts = analyse(data, path, settings, module=module_name(path, source.root))
+            findings, facts = analyse_source(data, path, settings, module=module)
         return FileResult(findings, None, facts)
     except Unreadable as problem:
         return FileResult([syntax_error(path, 1, 1, f"cannot read the file: {problem}")])
