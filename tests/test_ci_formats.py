@@ -126,3 +126,29 @@ def test_notebook_findings_name_the_cell_in_text_and_json():
         (4, 2, 9, "MEM007"), (8, 2, 12, "MEM007")}
     text = memlint_check("--format", "text", NOTEBOOK).stdout
     assert "cell 4:2:9: MEM007" in text
+
+
+def test_gitlab_code_quality_issues_point_where_the_text_points():
+    text = from_text(memlint_check(*PY_FIXTURES).stdout)
+    issues = json.loads(memlint_check("--format", "gitlab", *PY_FIXTURES).stdout)
+    assert [(os.path.normpath(i["location"]["path"]), i["location"]["lines"]["begin"],
+             i["check_name"]) for i in issues] == [(p, line, code) for p, line, _, code in text]
+    assert len({i["fingerprint"] for i in issues}) == len(issues)
+    assert {i["severity"] for i in issues} <= {"info", "minor", "major", "critical", "blocker"}
+    assert all(i["description"].startswith(i["check_name"] + " ") for i in issues)
+
+
+def test_junit_has_one_failed_case_per_finding_and_one_passing_case_when_clean(tmp_path):
+    from xml.etree import ElementTree
+    text = from_text(memlint_check(*PY_FIXTURES).stdout)
+    root = ElementTree.fromstring(memlint_check("--format", "junit", *PY_FIXTURES).stdout)
+    cases = root.findall("./testsuite/testcase")
+    assert root.get("failures") == str(len(text)) == str(len(cases))
+    assert [(os.path.normpath(c.get("file")), int(c.get("line")), c.get("name").split()[0])
+            for c in cases] == [(p, line, code) for p, line, _, code in text]
+    assert all(c.find("failure") is not None for c in cases)
+    clean = tmp_path / "clean.py"
+    clean.write_text("x = 1\n")
+    root = ElementTree.fromstring(memlint_check("--format", "junit", str(clean)).stdout)
+    assert (root.get("tests"), root.get("failures")) == ("1", "0")
+    assert root.find("./testsuite/testcase/failure") is None

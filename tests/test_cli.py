@@ -46,10 +46,19 @@ def project(tmp_path, monkeypatch) -> Path:
 
 # -- exit codes and the text format ---------------------------------------------------
 
-def test_a_clean_run_exits_0_and_prints_nothing_anywhere(project):
+def test_a_clean_run_exits_0_and_says_all_checks_passed_but_not_with_quiet(project):
     write(project / "train.py", CLEAN)
     result = run("check", "train.py", cwd=project)
-    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "All checks passed!\n", "")
+    quiet = run("check", "-q", "train.py", cwd=project)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+
+
+def test_a_path_without_python_files_is_a_warning_on_stderr(project, capsys):
+    write(project / "docs" / "notes.txt", "no code here\n")
+    code, out, err = check(capsys, "docs")
+    assert code == 0 and out == ""
+    assert err == "memlint: warning: no Python files found under the given paths\n"
 
 
 def test_findings_exit_1_as_path_line_column_code_message(project, capsys):
@@ -348,6 +357,20 @@ def test_code_frames_and_colour_follow_the_flags_and_the_environment(project, mo
     assert "|" not in run("check", "--no-show-source", "train.py", cwd=project).stdout
 
 
+def test_force_colour_colours_the_concise_lines_and_no_colour_wins(project, monkeypatch):
+    """`FORCE_COLOR=1 memlint check . | less -R`: colour without a terminal."""
+    write(project / "train.py", FLAGGED)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    forced = run("check", "train.py", cwd=project).stdout
+    assert forced.startswith("\033[1mtrain.py:3:9\033[0m: \033[1;33mMEM007\033[0m ")
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\033[" not in run("check", "train.py", cwd=project).stdout
+    monkeypatch.delenv("FORCE_COLOR")
+    monkeypatch.delenv("NO_COLOR")
+    assert "\033[" not in run("check", "train.py", cwd=project).stdout
+    assert "\033[" in run("check", "--color", "always", "train.py", cwd=project).stdout
+
+
 def test_a_rule_page_for_a_terminal_drops_markdown_marks_and_colours_code():
     from memlint.cli.pages import for_terminal
     markdown = "# tensor-history-kept (MEM003)\n\n## Fix safety\n\nUse `loss.item()`.\n" \
@@ -368,4 +391,39 @@ def test_the_server_without_its_extra_says_what_to_install_and_exits_2():
                           timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == \
-        "memlint server: needs pygls (pip install 'torch-memlint[server]')"
+        "memlint server: needs pygls (pip install 'pygls>=2,<3' where memlint is installed)"
+
+
+# -- what a run would do: --show-files, --show-settings, -v -------------------------
+
+def test_show_files_lists_what_would_be_checked_and_checks_nothing(project, capsys):
+    write(project / "src" / "train.py", FLAGGED)
+    write(project / "src" / "nb.ipynb", "{}")
+    write(project / "build" / "copy.py", FLAGGED)
+    code, out, err = check(capsys, "--show-files", ".")
+    assert (code, out, err) == (0, "./src/nb.ipynb\n./src/train.py\n", "")
+
+
+def test_show_settings_prints_the_settings_in_force_as_toml_that_loads_back(project, capsys):
+    tomllib = pytest.importorskip("tomllib")
+    from memlint.engine.config import load_settings, settings_from_table
+    (project / "pyproject.toml").write_text(
+        "[tool.memlint]\nignore = [\"MEM005\"]\nfail-on = \"warning\"\n"
+        "[tool.memlint.per-file-ignores]\n\"tests/*\" = [\"MEM004\"]\n")
+    code, out, _ = check(capsys, "--show-settings", "--extend-ignore", "MEM001", ".")
+    assert code == 0 and out.startswith(f"# configuration: {project / 'pyproject.toml'}\n")
+    shown = settings_from_table(tomllib.loads(out)["tool"]["memlint"], "shown",
+                                root=str(project))
+    expected = load_settings(project / "pyproject.toml")
+    assert shown.ignore == ("MEM005", "MEM001") and shown.fail_on == "warning"
+    assert shown.per_file_ignores == expected.per_file_ignores == {"tests/*": ("MEM004",)}
+    assert shown.exclude == expected.exclude
+
+
+def test_verbose_says_which_configuration_and_what_the_check_cost(project, capsys):
+    write(project / "train.py", CLEAN)
+    code, out, err = check(capsys, "-v", "--no-cache", "train.py")
+    assert code == 0 and out == "All checks passed!\n"
+    first, second = err.splitlines()
+    assert first == "memlint: configuration: none (the defaults)"
+    assert second.startswith("memlint: checked 1 file (0 from the cache) in ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from memlint import check_source
 from tests.cli_helpers import check, write
 from memlint.engine.config import ConfigError, find_pyproject, load_settings, settings_from_table
+from memlint.cli.main import main
 from memlint.rules import RULES_BY_CODE
 
 FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
@@ -103,7 +105,8 @@ def test_rule_options_by_code_or_name_reach_the_rule(monkeypatch, tmp_path):
     ("ignore = ['MEM099']", "[tool.memlint] ignore: unknown rule code 'MEM099'"),
     ("extend-select = ['XYZ']", "[tool.memlint] extend-select: unknown rule code 'XYZ'"),
     ("ignore = ['MEM000']", "[tool.memlint] ignore: MEM000"),
-    ("selct = ['MEM001']", "[tool.memlint]: unknown key 'selct'; expected one of select"),
+    ("selct = ['MEM001']", "[tool.memlint]: unknown key 'selct' (did you mean 'select'?); "
+                            "expected one of select"),
     ("exclude = 'build'", "[tool.memlint] exclude: expected a list of glob patterns, got 'build'"),
     ("per-file-ignores = ['x']", "[tool.memlint] per-file-ignores: expected a table"),
     ("[tool.memlint.per-file-ignores]\n'tests/*' = 'MEM007'",
@@ -150,3 +153,21 @@ def test_without_any_pyproject_the_defaults_apply_from_the_working_directory(pro
     settings = load_settings(None)
     assert settings.root == str(project)
     assert "MEM007" in settings.selected_codes("src/train.py")
+
+
+@pytest.mark.parametrize("table, hint", [
+    ({"extend-exlude": ["x"]}, "unknown key 'extend-exlude' (did you mean 'extend-exclude'?)"),
+    ({"ignore": ["MEM03"]}, "unknown rule code 'MEM03' (did you mean 'MEM003'?)"),
+    ({"severity": {"tensor-history-keep": "error"}},
+     "unknown rule 'tensor-history-keep' (did you mean 'tensor-history-kept'?)"),
+    ({"tensor-history-keep": {}}, "unknown key 'tensor-history-keep' (did you mean "
+                                  "'tensor-history-kept'?)"),
+])
+def test_a_config_typo_is_answered_with_the_nearest_key_code_or_name(table, hint):
+    with pytest.raises(ConfigError, match=re.escape(hint)):
+        settings_from_table(table, "pyproject.toml")
+
+
+def test_a_rule_name_typo_on_the_command_line_gets_a_suggestion(capsys):
+    assert main(["rule", "tensor-history-keep"]) == 2
+    assert "(did you mean 'tensor-history-kept'?)" in capsys.readouterr().err

@@ -5,6 +5,7 @@ endings, read-only files, stdin, a file that changes during the run)."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -246,6 +247,38 @@ def test_diff_prints_what_fix_would_change_and_writes_nothing(tmp_path, capsys):
     assert check(capsys, "--diff", str(path))[0] == 0
 
 
+EXPOSES_ANOTHER = ("import torch\n\nmodel = Net().cuda()\npredictions = []\n"
+                   "for x, y in loader:\n    out = model(x.cuda())\n"
+                   "    predictions.append(out)\n"
+                   "torch.save(torch.cat(predictions), 'preds.pt')\n")
+
+
+def test_fix_reaches_a_fixed_point_in_one_run(tmp_path, capsys):
+    """MEM003's `.detach()` exposes a MEM010 (the detached output still on the
+    GPU), whose `.cpu()` one run applies too; a second run changes nothing."""
+    path = write(tmp_path / "evaluate.py", EXPOSES_ANOTHER)
+    code, out, err = check(capsys, "--fix", "--unsafe-fixes", str(path))
+    assert (code, out, err) == (0, "Fixed 2 findings; none left.\n", "")
+    assert "predictions.append(out.detach().cpu())" in path.read_text()
+    assert check(capsys, "--fix", "--unsafe-fixes", str(path))[1] == "All checks passed!\n"
+
+
+def test_diff_shows_the_fixed_point_that_fix_writes(tmp_path, capsys):
+    path = write(tmp_path / "evaluate.py", EXPOSES_ANOTHER)
+    code, out, err = check(capsys, "--diff", "--unsafe-fixes", str(path))
+    assert code == 1 and "+    predictions.append(out.detach().cpu())\n" in out
+    assert err == "Would fix 2 findings.\n" and path.read_text() == EXPOSES_ANOTHER
+
+
+def test_fixes_that_do_not_settle_within_the_cap_say_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("memlint.cli.main.MAX_FIX_ROUNDS", 1)
+    path = write(tmp_path / "evaluate.py", EXPOSES_ANOTHER)
+    code, out, err = check(capsys, "--fix", "--unsafe-fixes", str(path))
+    assert code == 1 and "MEM010" in out
+    assert err == ("memlint: fixes did not settle after 1 rounds (each exposed another); "
+                   "review the changes and run --fix again\n")
+
+
 def test_unsafe_fixes_wait_for_the_flag(tmp_path, capsys):
     source = 'import torch\nmodel = Net().cuda()\nstate = torch.load(p)\nprint(state)\n'
     path = write(tmp_path / "train.py", source)
@@ -313,6 +346,54 @@ def test_a_notebook_diff_shows_the_changed_cell_not_its_json(tmp_path, capsys):
     assert code == 1 and path.read_text(encoding="utf-8") == text
     assert f"--- {path}:cell 3" in out and '+model.load_state_dict(torch.load("best.pt", ' \
         'map_location="cpu"))' in out and "outputs" not in out
+
+
+def _patched(tmp_path, text: str, diff: str) -> str:
+    """`text` after GNU patch applies `diff` to it (whatever file the diff names)."""
+    target = tmp_path / "target"
+    target.write_bytes(text.encode())
+    done = subprocess.run(["patch", "--quiet", "--force", str(target)], input=diff.encode(),
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return target.read_bytes().decode()
+
+
+@pytest.mark.skipif(not shutil.which("patch") or not shutil.which("git"),
+                    reason="needs patch and git")
+def test_a_diff_of_a_file_without_a_final_newline_applies_with_patch_and_git(
+        tmp_path, capsys, monkeypatch):
+    source = "x = 1\x0c  # a form feed is no line break\n" + LOAD.rstrip("\n")
+    path = write(tmp_path / "train.py", source)
+    monkeypatch.chdir(tmp_path)
+    diff = check(capsys, "--diff", "train.py")[1]
+    assert diff.endswith('map_location="cpu"))\n\\ No newline at end of file\n')
+    check(capsys, "--fix", "train.py")
+    fixed = path.read_text()
+    assert _patched(tmp_path, source, diff) == fixed
+    path.write_text(source)
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True, timeout=60)
+    applied = subprocess.run(["git", "apply", "-p0", "-"], cwd=tmp_path, input=diff.encode(),
+                             capture_output=True, timeout=60, check=False)
+    assert applied.returncode == 0, applied.stderr
+    assert path.read_text() == fixed
+
+
+@pytest.mark.skipif(not shutil.which("patch"), reason="needs patch")
+def test_a_notebook_cell_diff_applies_to_the_cells_code(tmp_path, capsys):
+    """A cell's last line has no line break: the diff marks it instead of
+    running it into the next line (or the next cell's header)."""
+    import json
+    cells = (LOAD.rstrip("\n"), "x = 2\n" + LOAD.rstrip("\n"))
+    path = tmp_path / "nb.ipynb"
+    path.write_text(_notebook(*cells), encoding="utf-8")
+    diff = check(capsys, "--diff", str(path))[1]
+    parts = [f"--- {path}:cell " + part for part in diff.split(f"--- {path}:cell ")[1:]]
+    assert len(parts) == 2
+    assert all(part.count("\n\\ No newline at end of file\n") == 2 for part in parts)
+    check(capsys, "--fix", str(path))
+    fixed = json.loads(path.read_text(encoding="utf-8"))["cells"][1:]
+    for part, before, after in zip(parts, cells, fixed):
+        assert _patched(tmp_path, before, part) == "".join(after["source"])
 
 
 def test_a_notebook_whose_layout_cannot_be_written_back_is_left_alone(tmp_path, capsys):

@@ -7,6 +7,7 @@ finding is always there.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -318,6 +319,7 @@ def test_row_15_many_jobs_are_capped_at_what_helps(tree, jobs):
 
 def _hostile(task: str) -> str:
     if task == "segfault":
+        faulthandler.disable()  # pytest's, inherited by the fork: its dump would fill the log
         os.kill(os.getpid(), signal.SIGSEGV)
     if task == "hang":
         time.sleep(60)
@@ -329,6 +331,16 @@ def _hostile(task: str) -> str:
     if task == "exit":
         os._exit(3)
     return task.upper()
+
+
+def test_the_deliberate_crash_prints_no_fatal_error_dump_into_the_test_log():
+    """A passing run must look like one: no 50-line 'Fatal Python error' dump."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           f"{__file__}::test_a_worker_that_dies_hangs_or_hoards_costs_its_task_only"],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout
+    assert "Fatal Python error" not in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -55,6 +55,26 @@ def test_no_cuda_device_exits_2_with_one_line(tmp_path):
     assert "no usable CUDA device" in done.stderr
 
 
+def test_a_missing_script_is_named_before_the_gpu_is_looked_for(tmp_path, capsys):
+    assert main([str(tmp_path / "nosuch.py")]) == 2
+    assert capsys.readouterr().err == \
+        f"memlint verify: no such file or directory: {tmp_path / 'nosuch.py'}\n"
+
+
+def test_json_without_a_gpu_is_an_object_saying_why_and_output_format_is_accepted(
+        tmp_path, capsys, monkeypatch):
+    import json
+    monkeypatch.setattr("memlint.verify.runner.cuda_problem",
+                        lambda device: "no usable CUDA device (test)")
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nstate = torch.load('x.pt')\n")
+    assert main([str(script), "--output-format", "json"]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"error": "no usable CUDA device (test)", "scripts": [],
+                               "skipped": []}
+    assert err == "memlint verify: no usable CUDA device (test)\n"
+
+
 def test_select_and_ignore_apply_over_the_projects_config(tmp_path):
     from memlint.verify.cli import _settings
 

@@ -10,24 +10,28 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 from memlint.version import __version__
 from memlint.engine.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
-                                common_parent, find_pyproject, load_settings, parse_codes)
+                                   common_parent, describe_settings, find_pyproject,
+                                   load_settings, parse_codes)
 from memlint.engine import Source, check_sources, discover_sources, size_limit
+from memlint.engine.paths import useful_jobs
 from memlint.engine.cache import ResultCache, default_cache_dir
 from memlint.engine.cache import clean as clean_cache
-from memlint.engine.fixes import FileChanged, encode_like, fix_text, wanted, write_fixed
-from memlint.engine.notebook import cell_text, check_notebook_source, fix_notebook
-from memlint.engine.source import check_source, decode
-from memlint.cli.reporters import FORMATS, display_path, fix_summary, full_text, statistics
+from memlint.engine.source import decode
+from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_text,
+                                   statistics)
+from memlint.cli.reporters import text as concise_text
+from memlint.cli.baseline import load_baseline, without_known
 from memlint.rules import NAMES_BY_CODE
 from memlint.engine.settings import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-_MACHINE_FORMATS = ("json", "sarif")
+_MACHINE_FORMATS = ("json", "sarif", "gitlab", "junit")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--force-exclude", action="store_true",
                        help="apply excludes to files named on the command line too "
                             "(pre-commit passes every staged file by name)")
+    check.add_argument("--respect-gitignore", action="store_true", default=None,
+                       help="skip what .gitignore and .ignore files name in a directory walk "
+                            "(the default; [tool.memlint] respect-gitignore sets it too)")
+    check.add_argument("--no-respect-gitignore", dest="respect_gitignore",
+                       action="store_false", help="check ignored files too")
     check.add_argument("--output-format", "--format", dest="format", choices=tuple(FORMATS),
                        default="text", help="output format (default: text)")
     check.add_argument("--fail-on", choices=("error", "warning", "note"), default=None,
@@ -111,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "set; FORCE_COLOR forces it), always, never")
     check.add_argument("-q", "--quiet", action="store_true",
                        help="print the findings only: no summary line")
+    check.add_argument("-v", "--verbose", action="store_true",
+                       help="also say on stderr which configuration was used and how many "
+                            "files were checked, from the cache, in how long")
+    check.add_argument("--show-files", action="store_true",
+                       help="list the files that would be checked, and check nothing")
+    check.add_argument("--show-settings", action="store_true",
+                       help="print the settings in force (configuration file and flags "
+                            "resolved), and check nothing")
     check.add_argument("-o", "--output-file", metavar="PATH",
                        help="write the report to this file instead of stdout")
     check.add_argument("--exit-zero", action="store_true",
@@ -136,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--diff", action="store_true",
                        help="print a unified diff of what --fix would change and write nothing "
                             "(exit 1 when there is a change)")
+    check.add_argument("--baseline", metavar="FILE",
+                       help="report only findings that FILE (written by --format json -o "
+                            "FILE) does not hold, so only new ones fail the run")
+    check.add_argument("--add-noqa", action="store_true",
+                       help="add a '# noqa: CODE' comment for every finding (to adopt memlint "
+                            "on a large codebase), and report nothing else")
     check.add_argument("--stdin-filename", metavar="PATH",
                        help="the name of the file read from stdin: shown in findings, "
                             "used to find its config and per-file-ignores; a name ending in "
@@ -167,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "needs the extra 'server')",
                         description="Run memlint's Language Server over stdin/stdout: "
                                     "diagnostics on open and save, quick fixes, # noqa "
-                                    "actions. Needs pygls: pip install 'torch-memlint[server]'.")
+                                    "actions. Needs pygls: pip install 'pygls>=2,<3'.")
     commands.add_parser("verify", help="run a script on a GPU and measure each finding "
                                        "(memlint verify --help)", add_help=False)
     return parser
@@ -210,31 +233,53 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- check -----------------------------------------------------------------------
 
 def _check(options: argparse.Namespace) -> int:
+    started = time.perf_counter()
     paths = options.paths or ["."]
-    settings = _settings(options, paths)
+    pyproject = _pyproject(options, paths)
+    settings = _settings(options, pyproject)
+    if options.show_settings:
+        _write(describe_settings(settings, pyproject))
+        return EXIT_CLEAN
     missing = [p for p in paths if p != "-" and not os.path.lexists(p)]
     for path in missing:
         print(f"memlint: {display_path(path)}: no such file or directory", file=sys.stderr)
     on_disk = [p for p in paths if p != "-" and p not in missing]
     if options.force_exclude:
         on_disk = [p for p in on_disk if not settings.is_excluded(p)]
+    known = load_baseline(options.baseline) if options.baseline else None
     output = _output_file(options.output_file) if options.output_file else None
     sources = discover_sources(on_disk, settings)
+    if options.show_files:
+        _write("".join(f"{display_path(source.path)}\n" for source in sources))
+        return EXIT_ERROR if missing else EXIT_CLEAN
+    if not sources and on_disk and "-" not in paths:
+        print("memlint: warning: no Python files found under the given paths", file=sys.stderr)
     stdin = _stdin_source(options, settings) if "-" in paths else None
     if stdin is not None:
         sources.append(stdin)
     cache = None if options.no_cache else ResultCache(
         options.cache_dir or default_cache_dir(settings), settings)
     report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
+    if options.verbose:
+        _say_what_was_done(pyproject, report, options.jobs, started)
+
+    if options.add_noqa:
+        return _add_noqa(report, sources)
+
+    def check_again(fixed_sources: list[Source]):
+        return check_sources(fixed_sources, settings, jobs=options.jobs or None, cache=cache)
     if options.diff:
         if output is not None:
             output.close()
-        return _diff(report, sources, settings, options.unsafe_fixes)
+        fixed, after, _ = _fix_until_settled(report, sources, settings, options.unsafe_fixes,
+                                             check_again, write=False)
+        return _diff(sources, after, fixed)
     fixed = 0
     if options.fix:
-        fixed, sources = _fix(report, sources, settings, options.unsafe_fixes)
-        if fixed:  # what is left, where it now is
-            report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
+        fixed, sources, report = _fix_until_settled(report, sources, settings,
+                                                    options.unsafe_fixes, check_again)
+    if known is not None:
+        report = without_known(report, known)
     for error in report.errors:
         print(f"memlint: internal error while checking {display_path(error.path)}: "
               f"{error.message} (a memlint bug; the other files were checked)", file=sys.stderr)
@@ -246,12 +291,12 @@ def _check(options: argparse.Namespace) -> int:
     show_source = terminal if options.show_source is None else options.show_source
     if options.format == "text" and show_source:
         say(full_text(report, _lines_by_source(sources), _colour(options.color, terminal)))
+    elif options.format == "text":
+        say(concise_text(report, __version__, _colour(options.color, terminal)))
     else:
         say(FORMATS[options.format](report, __version__))
-    if options.format == "text" and not options.quiet and report.findings:
-        say(fix_summary(report, fixed, options.unsafe_fixes))
-    elif options.format == "text" and not options.quiet and fixed:
-        say(f"Fixed {fixed} finding{'s' * (fixed != 1)}; none left.\n")
+    if options.format == "text" and not options.quiet and sources:
+        say(closing_line(report, fixed, options.unsafe_fixes))
     if output is not None:
         output.close()
     if options.statistics and report.findings:
@@ -310,6 +355,8 @@ def _text_lines(path: str, text: str):
     if not path.endswith(".ipynb"):
         return text.splitlines(keepends=True)
     import json
+
+    from memlint.engine.notebook import cell_text
     return [cell_text(cell).splitlines(keepends=True) for cell in json.loads(text)["cells"]]
 
 
@@ -323,6 +370,7 @@ def _output_file(path: str):
 
 def _fixable(report, unsafe: bool):
     """The findings whose fixes `--fix` applies, by file."""
+    from memlint.engine.fixes import wanted  # start-up: like every fixing step, on demand
     by_path: dict[str, list] = {}
     for finding in report.findings:
         if wanted(finding, unsafe):
@@ -332,6 +380,10 @@ def _fixable(report, unsafe: bool):
 
 def _fixed_text(source: Source, findings, settings: Settings, unsafe: bool):
     """The source's original bytes, and its text with the fixes applied."""
+    from memlint.engine.fixes import fix_text
+    from memlint.engine.notebook import check_notebook_source, fix_notebook
+    from memlint.engine.source import check_source
+
     original = source.data if source.data is not None else _read(source.path)
     text = decode(original)
     if source.path.endswith(".ipynb"):
@@ -348,30 +400,85 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
-def _fix(report, sources: list[Source], settings: Settings, unsafe: bool):
-    """Apply the fixes, file by file; a file that cannot be written keeps its
-    findings and says why. Returns how many findings were fixed, and the
-    sources to check again (stdin's with its fixed text)."""
+#: `--fix` rounds (fix, check again) before giving up on reaching a fixed point
+MAX_FIX_ROUNDS = 10
+
+
+def _fix_until_settled(report, sources: list[Source], settings: Settings, unsafe: bool,
+                       check, write: bool = True):
+    """Fix, check again, fix what the fixes exposed (a `.detach()` leaves a
+    tensor on the GPU for MEM010 to flag), until no fix is left to apply, as
+    ruff does; each later round only touches the files the last one changed.
+    Without `write` the fixed text stays in the sources (`--diff`). Returns
+    the findings fixed, the sources, and the report of what is left."""
+    fixed, changed = 0, None
+    for _ in range(MAX_FIX_ROUNDS):
+        count, sources, changed = _fix(report, sources, settings, unsafe, changed, write)
+        if not count:
+            return fixed, sources, report
+        fixed += count
+        report = check(sources)
+    if any(path in (changed or ()) for path in _fixable(report, unsafe)):
+        print(f"memlint: fixes did not settle after {MAX_FIX_ROUNDS} rounds (each exposed "
+              f"another); review the changes and run --fix again", file=sys.stderr)
+    return fixed, sources, report
+
+
+def _fix(report, sources: list[Source], settings: Settings, unsafe: bool,
+         only: set[str] | None, write: bool):
+    """Apply the fixes, file by file (only to the paths in `only`, if given); a
+    file that cannot be written keeps its findings and says why. stdin's
+    source, and every source without `write`, gets its fixed bytes instead.
+    Returns how many findings were fixed, the sources, and the paths changed."""
+    from memlint.engine.fixes import encode_like
+
     by_path = _fixable(report, unsafe)
-    fixed, updated = 0, []
+    fixed, updated, changed = 0, [], set()
     for source in sources:
-        findings = by_path.get(source.path)
+        findings = by_path.get(source.path) if only is None or source.path in only else None
         if findings:
             original, _, result = _fixed_text(source, findings, settings, unsafe)
             if result.refused:
                 print(f"memlint: {display_path(source.path)}: not fixed: {result.refused}",
                       file=sys.stderr)
-            if source.data is not None:  # stdin: the fixed text is printed, not written
+            if result.changed and (source.data is not None or not write):
                 source = replace(source, data=encode_like(original, result.text))
-                fixed += len(result.fixed)
+                changed.add(source.path)
             elif result.changed and _written(source.path, original, result.text):
-                fixed += len(result.fixed)
+                changed.add(source.path)
+            fixed += len(result.fixed) if source.path in changed else 0
         updated.append(source)
-    return fixed, updated
+    return fixed, updated, changed
+
+
+def _add_noqa(report, sources: list[Source]) -> int:
+    """`--add-noqa`: comment every file's findings away, as ruff's does."""
+    from memlint.engine.add_noqa import add_noqa
+    by_path: dict[str, list] = {}
+    for finding in report.findings:
+        by_path.setdefault(finding.path, []).append(finding)
+    added = 0
+    for source in sources:
+        findings = by_path.get(source.path)
+        if not findings:
+            continue
+        if source.data is not None or source.path.endswith(".ipynb"):
+            what = "stdin" if source.data is not None else "notebooks yet"
+            print(f"memlint: {display_path(source.path)}: not changed: --add-noqa does not "
+                  f"edit {what}", file=sys.stderr)
+            continue
+        original = _read(source.path)
+        text, lines = add_noqa(decode(original), findings)
+        if lines and _written(source.path, original, text):
+            added += lines
+    print(f"Added {added} noqa comment{'s' * (added != 1)}.", file=sys.stderr)
+    return EXIT_ERROR if report.errors else EXIT_CLEAN
 
 
 def _written(path: str, original: bytes, text: str) -> bool:
     """Write the fixed text, or say in one line why the file keeps its own."""
+    from memlint.engine.fixes import FileChanged, write_fixed
+
     try:
         write_fixed(path, original, text)
     except FileChanged:
@@ -385,27 +492,35 @@ def _written(path: str, original: bytes, text: str) -> bool:
     return True
 
 
-def _diff(report, sources: list[Source], settings: Settings, unsafe: bool) -> int:
+def _diff(before: list[Source], after: list[Source], fixed: int) -> int:
     """`--diff`: what `--fix` would change, as a unified diff; nothing written."""
+    for old, new in zip(before, after):
+        if new.data is None or new.data is old.data:  # not fixed
+            continue
+        name = display_path(old.path)
+        old_text = decode(old.data if old.data is not None else _read(old.path))
+        for label, was, becomes in _changed_parts(name, old_text, decode(new.data)):
+            _write(_unified_diff(label, was, becomes))
+    count = f"{fixed} finding{'s' * (fixed != 1)}"
+    print(f"Would fix {count}." if fixed else "No fixes available.", file=sys.stderr)
+    return EXIT_FINDINGS if fixed else EXIT_CLEAN
+
+
+def _unified_diff(label: str, before: str, after: str) -> str:
+    """A diff `patch` and `git apply` take: a last line without a line break
+    is marked as such, instead of running into the next line of the diff."""
     import difflib
-    by_path = _fixable(report, unsafe)
-    changes = 0
-    for source in sources:
-        findings = by_path.get(source.path)
-        if not findings:
-            continue
-        _, text, result = _fixed_text(source, findings, settings, unsafe)
-        if not result.changed:
-            continue
-        changes += len(result.fixed)
-        name = display_path(source.path)
-        for label, before, after in _changed_parts(name, text, result.text):
-            _write("".join(difflib.unified_diff(before.splitlines(keepends=True),
-                                                after.splitlines(keepends=True),
-                                                fromfile=label, tofile=label)))
-    count = f"{changes} finding{'s' * (changes != 1)}"
-    print(f"Would fix {count}." if changes else "No fixes available.", file=sys.stderr)
-    return EXIT_FINDINGS if changes else EXIT_CLEAN
+    lines = difflib.unified_diff(_patch_lines(before), _patch_lines(after),
+                                 fromfile=label, tofile=label)
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                   for line in lines)
+
+
+def _patch_lines(text: str) -> list[str]:
+    """Lines as `patch` counts them: split at LF only (a form feed or a lone
+    CR inside a line is not a break there), each keeping its ending."""
+    lines = text.split("\n")
+    return [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
 
 
 def _changed_parts(name: str, before: str, after: str):
@@ -414,6 +529,8 @@ def _changed_parts(name: str, before: str, after: str):
     if not name.endswith(".ipynb"):
         return [(name, before, after)]
     import json
+
+    from memlint.engine.notebook import cell_text
     cells = zip(json.loads(before)["cells"], json.loads(after)["cells"])
     return [(f"{name}:cell {number}", cell_text(old), cell_text(new))
             for number, (old, new) in enumerate(cells, start=1)
@@ -430,21 +547,36 @@ def _write_bytes(data: bytes) -> None:
     sys.stdout.flush()
 
 
-def _settings(options: argparse.Namespace, paths: list[str]) -> Settings:
+def _pyproject(options: argparse.Namespace, paths: list[str]):
+    """The pyproject.toml whose [tool.memlint] is read, or None (the defaults)."""
     if options.no_config:
-        settings = Settings(root=os.getcwd())
-    elif options.config:
+        return None
+    if options.config:
         if not os.path.exists(options.config):
             raise ConfigError(f"--config {options.config}: no such file")
         if not os.path.isfile(options.config):
             raise ConfigError(f"--config {options.config}: not a regular file (--no-config "
                               f"uses the defaults)")
         from pathlib import Path
-        settings = load_settings(Path(options.config))
-    else:
-        anchors = [options.stdin_filename if p == "-" and options.stdin_filename else p
-                   for p in paths]
-        settings = load_settings(find_pyproject(common_parent(anchors)))
+        return Path(options.config)
+    anchors = [options.stdin_filename if p == "-" and options.stdin_filename else p
+               for p in paths]
+    return find_pyproject(common_parent(anchors))
+
+
+def _say_what_was_done(pyproject, report, jobs: int, started: float) -> None:
+    """`-v`: the configuration used, and what the check cost."""
+    config = display_path(str(pyproject)) if pyproject else "none (the defaults)"
+    analysed = report.files - report.cached
+    processes = useful_jobs(jobs or None, analysed) if analysed else 0
+    print(f"memlint: configuration: {config}", file=sys.stderr)
+    print(f"memlint: checked {report.files} file{'s' * (report.files != 1)} "
+          f"({report.cached} from the cache) in {time.perf_counter() - started:.2f} s "
+          f"with {processes} worker process{'es' * (processes != 1)}", file=sys.stderr)
+
+
+def _settings(options: argparse.Namespace, pyproject) -> Settings:
+    settings = load_settings(pyproject)
     given = vars(options)  # a budget flag not given is absent (argparse.SUPPRESS)
     flags = {field: given[key.replace("-", "_")] for key, (field, _) in BUDGETS.items()
              if key.replace("-", "_") in given}
@@ -455,6 +587,8 @@ def _settings(options: argparse.Namespace, paths: list[str]) -> Settings:
                                budgets=flags)
     if options.fail_on is not None:
         settings = replace(settings, fail_on=options.fail_on)
+    if options.respect_gitignore is not None:
+        settings = replace(settings, respect_gitignore=options.respect_gitignore)
     return settings
 
 
@@ -502,7 +636,9 @@ def _show_rule(code_or_name: str) -> int:
 
     code = resolve_code(code_or_name)
     if code is None:
-        print(f"memlint rule: error: unknown rule {code_or_name!r}; "
+        from memlint.engine.config import did_you_mean
+        hint = did_you_mean(code_or_name, (*NAMES_BY_CODE, *NAMES_BY_CODE.values()))
+        print(f"memlint rule: error: unknown rule {code_or_name!r}{hint}; "
               f"known codes are {', '.join(NAMES_BY_CODE)}", file=sys.stderr)
         return EXIT_ERROR
     if not sys.stdout.isatty():

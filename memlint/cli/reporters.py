@@ -1,4 +1,4 @@
-"""Output formats of `memlint check`: text, json, github, sarif; and --statistics.
+"""Output formats of `memlint check`: text, json, github, sarif, gitlab, junit; and --statistics.
 
 Every reporter gets the whole Report at once, so the json and SARIF documents
 are written in one piece (valid even when empty) and memlint's own internal
@@ -47,12 +47,17 @@ def location(finding: Finding) -> str:
     return f"{path}:{finding.line}:{finding.column}"
 
 
-def text(report: Report, version: str) -> str:
+def text(report: Report, version: str, color: bool = False) -> str:
     """One line per finding, its short message (what is wrong; the cost and the
     advice are in the full view, the JSON and the rule's page); `[*]` marks
     one that `--fix` fixes (as ruff marks them)."""
-    return "".join(f"{location(f)}: {f.code} {_fix_mark(f)}{_short(f)}\n"
-                   for f in report.findings)
+    paint = _painter(color)
+    return "".join(_finding_line(f, paint) for f in report.findings)
+
+
+def _finding_line(finding: Finding, paint) -> str:
+    return (f"{paint('bold', location(finding))}: {paint(finding.severity, finding.code)} "
+            f"{_fix_mark(finding)}{_short(finding)}\n")
 
 
 def _short(finding: Finding) -> str:
@@ -65,18 +70,22 @@ _STYLES = {"error": "\033[1;31m", "warning": "\033[1;33m", "note": "\033[1;36m",
            "bold": "\033[1m", "dim": "\033[2m", "reset": "\033[0m"}
 
 
+def _painter(color: bool) -> Callable[[str, str], str]:
+    """`paint(style, text)`: the text in a style of `_STYLES`, or as it is."""
+    def paint(style: str, value: str) -> str:
+        return f"{_STYLES[style]}{value}{_STYLES['reset']}" if color else value
+    return paint
+
+
 def full_text(report: Report, lines_of: Callable[[Finding], list[str] | None],
               color: bool = False) -> str:
     """`text` with the flagged code under each finding, a caret under the
     flagged span (as ruff shows it), and the severity's colour on a terminal.
     `lines_of` gives the finding's file (or notebook cell) as lines, or None."""
-    def paint(style: str, value: str) -> str:
-        return f"{_STYLES[style]}{value}{_STYLES['reset']}" if color else value
-
+    paint = _painter(color)
     out = []
     for f in report.findings:
-        out.append(f"{paint('bold', location(f))}: {paint(f.severity, f.code)} "
-                   f"{_fix_mark(f)}{_short(f)}\n")
+        out.append(_finding_line(f, paint))
         frame = _frame(f, lines_of(f), paint)
         out.extend(frame)
         width = len(str(f.end_line if f.cell is None else f.cell_line + f.end_line - f.line))
@@ -114,8 +123,17 @@ def _fix_mark(finding: Finding) -> str:
     return "[*] " if finding.fix is not None and finding.fix.applicability == SAFE else ""
 
 
+def closing_line(report: Report, fixed: int, unsafe: bool) -> str:
+    """The text format's last line, as ruff ends: what is left, or that all passed."""
+    if report.findings:
+        return fix_summary(report, fixed, unsafe)
+    if fixed:
+        return f"Fixed {fixed} finding{'s' * (fixed != 1)}; none left.\n"
+    return "All checks passed!\n"
+
+
 def fix_summary(report: Report, fixed: int, unsafe: bool) -> str:
-    """The text format's last line: how many findings, and how many fixes wait."""
+    """How many findings, and how many fixes wait."""
     findings = report.findings
     safe = sum(1 for f in findings if f.fix is not None and f.fix.applicability == SAFE)
     unsafe_only = sum(1 for f in findings if f.fix is not None and f.fix.applicability != SAFE)
@@ -293,8 +311,71 @@ def _directory_uri(path: str) -> str:
     return _file_uri(os.path.abspath(path)).rstrip("/") + "/"
 
 
+_GITLAB_SEVERITIES = {"error": "critical", "warning": "major", "note": "minor"}
+
+
+def gitlab(report: Report, version: str) -> str:
+    """GitLab's code-quality report (a subset of Code Climate's): one issue per
+    finding, with a fingerprint that stays while the finding does (its path,
+    code and message, and which copy of them it is), so merge requests show
+    what is new."""
+    import hashlib
+
+    seen: Counter = Counter()
+    issues = []
+    records = [(f.path, f.code, _with_cell(f), f.line, _GITLAB_SEVERITIES[f.severity])
+               for f in report.findings]
+    records += [(e.path, "internal-error", f"internal error: {e.message}", 1, "blocker")
+                for e in report.errors]
+    for path, code, message, line, severity in records:
+        shown = PurePath(display_path(os.path.relpath(path))).as_posix()
+        seen[shown, code, message] += 1
+        identity = f"{shown}\0{code}\0{message}\0{seen[shown, code, message]}"
+        issues.append({"description": f"{code} {message}", "check_name": code,
+                       "fingerprint": hashlib.sha256(identity.encode()).hexdigest(),
+                       "severity": severity,
+                       "location": {"path": shown, "lines": {"begin": line}}})
+    return json.dumps(issues, indent=2, ensure_ascii=False) + "\n"
+
+
+def junit(report: Report, version: str) -> str:
+    """JUnit XML, as CI systems show test results: one suite per file, one
+    failed test case per finding (one passing case when there is none)."""
+    from xml.etree import ElementTree
+
+    root = ElementTree.Element("testsuites", name="memlint",
+                               tests=str(max(len(report.findings) + len(report.errors), 1)),
+                               failures=str(len(report.findings)), errors=str(len(report.errors)))
+    by_path: dict[str, list[Finding]] = {}
+    for finding in report.findings:
+        by_path.setdefault(display_path(finding.path), []).append(finding)
+    for path, findings in by_path.items():
+        suite = ElementTree.SubElement(root, "testsuite", name=path, tests=str(len(findings)),
+                                       failures=str(len(findings)), errors="0")
+        for f in findings:
+            case = ElementTree.SubElement(suite, "testcase", name=f"{f.code} {f.name}",
+                                          classname=path, file=path, line=str(f.line))
+            failure = ElementTree.SubElement(case, "failure", message=_with_cell(f),
+                                             type=f.severity)
+            failure.text = f"{location(f)}: {f.code} {f.message}"
+    for error in report.errors:
+        suite = ElementTree.SubElement(root, "testsuite", name=display_path(error.path),
+                                       tests="1", failures="0", errors="1")
+        case = ElementTree.SubElement(suite, "testcase", name="memlint",
+                                      classname=display_path(error.path))
+        ElementTree.SubElement(case, "error", message=f"internal error: {error.message}")
+    if not report.findings and not report.errors:
+        suite = ElementTree.SubElement(root, "testsuite", name="memlint", tests="1",
+                                       failures="0", errors="0")
+        ElementTree.SubElement(suite, "testcase", name="No findings", classname="memlint")
+    ElementTree.indent(root)
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            + ElementTree.tostring(root, encoding="unicode") + "\n")
+
+
 FORMATS: dict[str, Callable[[Report, str], str]] = {
-    "text": text, "json": json_format, "github": github, "sarif": sarif,
+    "text": text, "json": json_format, "github": github, "sarif": sarif, "gitlab": gitlab,
+    "junit": junit,
 }
 
 

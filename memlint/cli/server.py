@@ -244,7 +244,7 @@ def build_server() -> MemlintServer:
 
 def main() -> int:
     if types is None:
-        print("memlint server: needs pygls (pip install 'torch-memlint[server]')",
+        print("memlint server: needs pygls (pip install 'pygls>=2,<3' where memlint is installed)",
               file=sys.stderr)
         return 2
     build_server().start_io()

@@ -25,7 +25,7 @@ BUDGETS = {"max-file-size": ("max_file_size_mb", "MB"),
            "file-timeout": ("file_timeout_s", "seconds"),
            "max-file-memory": ("max_file_memory_mb", "MB")}
 _TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores", *BUDGETS, "severity",
-                   "fail-on")
+                   "fail-on", "respect-gitignore")
 #: a rule's code by its code or its name (`[tool.memlint.MEM005]`, `tensor-history-kept`)
 _CODES_BY_KEY = {**{e.code: e.code for e in CATALOGUE}, **{e.name: e.code for e in CATALOGUE}}
 
@@ -115,6 +115,10 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
             values["severities"] = _severities(value, f"{where} {key}")
         elif key == "fail-on":
             values["fail_on"] = severity_level(value, f"{where} {key}")
+        elif key == "respect-gitignore":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where} {key}: expected true or false, got {_shown(value)}")
+            values["respect_gitignore"] = value
         elif key in _CODES_BY_KEY:
             from memlint.rules import RULES_BY_CODE  # a rule's options: its class says which
 
@@ -125,8 +129,43 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
             rule_options[rule.code] = _rule_options(rule, value, f"{where}.{key}")
         else:
             known = ", ".join((*_TOP_LEVEL_KEYS, "<rule code or name>"))
-            raise ConfigError(f"{where}: unknown key {key!r}; expected one of {known}")
+            hint = did_you_mean(key, (*_TOP_LEVEL_KEYS, *_CODES_BY_KEY))
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}; expected one of {known}")
     return Settings(**values, rule_options=rule_options)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean 'select'?)` for the closest choice to a typo, or ''."""
+    import difflib  # start-up: only a mistake needs it
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def describe_settings(settings: Settings, pyproject: Path | None) -> str:
+    """`--show-settings`: the settings in force, written as the [tool.memlint]
+    table that would set them (valid TOML: it can be pasted back)."""
+    import json
+
+    def value(item: object) -> str:
+        return json.dumps(list(item) if isinstance(item, tuple) else item)
+    top = {"select": settings.select, "extend-select": settings.extend_select,
+           "ignore": settings.ignore, "exclude": settings.exclude,
+           "extend-exclude": settings.extend_exclude,
+           "respect-gitignore": settings.respect_gitignore,
+           "max-file-size": settings.max_file_size_mb or 0,
+           "file-timeout": settings.file_timeout_s or 0,
+           "max-file-memory": settings.max_file_memory_mb or 0, "fail-on": settings.fail_on}
+    tables: dict[str, Mapping[str, object]] = {"per-file-ignores": settings.per_file_ignores,
+              "severity": {code: settings.severity_of(code) for code in ALL_CODES},
+              **settings.rule_options}
+    lines = [f"# configuration: {pyproject or 'none (the defaults)'}",
+             f"# patterns relative to: {settings.root}", "[tool.memlint]",
+             *(f"{key} = {value(item)}" for key, item in top.items())]
+    for name, table in tables.items():
+        lines += ["", f"[tool.memlint.{name}]",
+                  *(f"{json.dumps(key)} = {value(item)}" for key, item in table.items())]
+    return "\n".join(lines) + "\n"
 
 
 def severity_level(value: object, what: str) -> str:
@@ -145,7 +184,7 @@ def _severities(value: object, what: str) -> dict[str, str]:
     for key, level in value.items():
         code = _CODES_BY_KEY.get(key) or (key if key == SYNTAX_ERROR_CODE else None)
         if code is None:
-            raise ConfigError(f"{what}: unknown rule {key!r}")
+            raise ConfigError(f"{what}: unknown rule {key!r}{did_you_mean(key, _CODES_BY_KEY)}")
         severities[code] = severity_level(level, f"{what}.{key}")
     return severities
 
@@ -194,7 +233,8 @@ def _codes(value: object, what: str, ignoring: bool = False) -> list[str]:
     codes = _strings(value, what, expected)
     for code in codes:
         if not code or not any(known.startswith(code.upper()) for known in ALL_CODES):
-            raise ConfigError(f"{what}: unknown rule code {code!r}; "
+            hint = did_you_mean(code.upper(), ALL_CODES)
+            raise ConfigError(f"{what}: unknown rule code {code!r}{hint}; "
                               f"known codes are {', '.join(ALL_CODES)}")
         if ignoring and code.upper() == SYNTAX_ERROR_CODE:
             raise ConfigError(f"{what}: {SYNTAX_ERROR_CODE} (a file that cannot be read or "
@@ -225,8 +265,8 @@ def _rule_options(rule, value: object, what: str) -> dict:
     for key, option in value.items():
         if key not in declared:
             known = ", ".join(declared) or "none"
-            raise ConfigError(f"{what}: unknown option {key!r} for {rule.code} ({rule.name}); "
-                              f"its options are: {known}")
+            raise ConfigError(f"{what}: unknown option {key!r}{did_you_mean(key, declared)} "
+                              f"for {rule.code} ({rule.name}); its options are: {known}")
         expected = declared[key]
         if not _has_type(option, expected):
             raise ConfigError(f"{what}: {key}: expected {_type_name(expected)}, "

@@ -11,8 +11,7 @@ from typing import NamedTuple
 
 from memlint.analysis.project import ModuleFacts, Project, module_name
 from memlint.engine.cache import ResultCache
-from memlint.engine.isolation import Budget, Failure, run_supervised
-from memlint.engine.notebook import analyse_notebook_source
+from memlint.engine.ignore_files import IgnoreRules
 from memlint.engine.settings import Settings
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import RuleCrash, syntax_error
@@ -76,8 +75,12 @@ def analyse_file(source: Source, settings: Settings) -> FileResult:
             data = read_regular_file(path, limit)
         elif _larger_than(data, limit):
             raise Unreadable(too_large(limit))
-        analyse = analyse_notebook_source if path.endswith(NOTEBOOK_SUFFIX) else analyse_source
-        findings, facts = analyse(data, path, settings, module=module_name(path, source.root))
+        module = module_name(path, source.root)
+        if path.endswith(NOTEBOOK_SUFFIX):  # imported here: most runs check no notebook
+            from memlint.engine.notebook import analyse_notebook_source
+            findings, facts = analyse_notebook_source(data, path, settings, module=module)
+        else:
+            findings, facts = analyse_source(data, path, settings, module=module)
         return FileResult(findings, None, facts)
     except Unreadable as problem:
         return FileResult([syntax_error(path, 1, 1, f"cannot read the file: {problem}")])
@@ -163,8 +166,7 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     With a `cache`, a file whose bytes it knows is not analysed again (the
     project's verdict is settled afresh either way)."""
     report = Report(files=len(sources))
-    budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
-    outcomes: list[FileResult | Failure | None] = [None] * len(sources)
+    outcomes: list = [None] * len(sources)  # FileResult, or isolation's Failure
     keys: dict[int, tuple[str, str, bytes]] = {}
     if cache is not None:
         for index, source in enumerate(sources):
@@ -176,8 +178,7 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     report.cached = len(sources) - len(missing)
     tasks = [Source(sources[i].path, keys[i][2], sources[i].root) if i in keys else sources[i]
              for i in missing]  # the bytes already read travel with the task
-    fresh = run_supervised(partial(_check_one, settings=settings), tasks,
-                           useful_jobs(jobs, len(tasks)), budget) if tasks else []
+    fresh = _check_supervised(tasks, settings, jobs) if tasks else []
     for index, outcome in zip(missing, fresh):
         outcomes[index] = outcome
         if cache is not None and index in keys and isinstance(outcome, FileResult) \
@@ -186,7 +187,7 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     findings: list[Finding] = []
     facts: list[ModuleFacts | None] = []
     for source, outcome in zip(sources, outcomes):
-        if isinstance(outcome, Failure):
+        if not isinstance(outcome, FileResult):  # the worker died, hung or hoarded
             findings.append(syntax_error(source.path, 1, 1,
                                          f"cannot check the file: {outcome.reason}"))
             continue
@@ -200,6 +201,16 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     report.findings = Project(facts, look_around=not whole_trees).settle(findings)
     report.errors.sort(key=lambda e: e.path)
     return report
+
+
+def _check_supervised(tasks: list[Source], settings: Settings, jobs: int | None) -> list:
+    """Each task's FileResult, or the Failure of the worker that had it.
+    Imported here: a run answered whole from the cache starts no worker."""
+    from memlint.engine.isolation import Budget, run_supervised
+
+    budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
+    return run_supervised(partial(_check_one, settings=settings), tasks,
+                          useful_jobs(jobs, len(tasks)), budget)
 
 
 def _cache_key(source: Source, settings: Settings) -> tuple[str, str, bytes] | None:
@@ -234,8 +245,12 @@ def discover(paths: Iterable[str], settings: Settings) -> Iterator[str]:
 
 
 def _walk_directory(top: str, settings: Settings) -> Iterator[str]:
+    """Python files and notebooks under `top`, skipping excluded paths and,
+    with `respect-gitignore`, those that .gitignore or .ignore files name."""
     seen: set[tuple[int, int]] = set()
+    rules_by_folder = {top: IgnoreRules.for_walk(top) if settings.respect_gitignore else None}
     for root, dirs, files in os.walk(top, followlinks=True):
+        rules = rules_by_folder.pop(root)
         try:
             stat = os.stat(root)
         except OSError:
@@ -245,10 +260,17 @@ def _walk_directory(top: str, settings: Settings) -> Iterator[str]:
             dirs[:] = []
             continue
         seen.add((stat.st_dev, stat.st_ino))
-        dirs[:] = sorted(d for d in dirs if not settings.is_excluded(os.path.join(root, d)))
+        if rules is not None:
+            rules = rules.inside(root, files)
+        dirs[:] = sorted(d for d in dirs if _kept(os.path.join(root, d), True, settings, rules))
+        rules_by_folder.update((os.path.join(root, d), rules) for d in dirs)
         for name in sorted(files):
-            if name.endswith((*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)):
-                full = os.path.join(root, name)
-                if not settings.is_excluded(full):
-                    yield full
+            full = os.path.join(root, name)
+            if name.endswith((*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)) \
+                    and _kept(full, False, settings, rules):
+                yield full
+
+
+def _kept(path: str, is_folder: bool, settings: Settings, rules: IgnoreRules | None) -> bool:
+    return not settings.is_excluded(path) and (rules is None or not rules.ignores(path, is_folder))
 

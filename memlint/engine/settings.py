@@ -40,6 +40,8 @@ class Settings:
     severities: dict[str, str] = field(default_factory=dict)
     #: the least severity that makes the run fail (exit 1): every finding by default
     fail_on: str = "note"
+    #: a directory walk skips what .gitignore and .ignore files name, as ruff's does
+    respect_gitignore: bool = True
 
     def severity_of(self, code: str) -> str:
         return self.severities.get(code, SEVERITY_BY_CODE.get(code, "warning"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 # flake8's own form: codes after a colon, separated by commas and/or spaces.
-_NOQA = re.compile(
+NOQA_COMMENT = re.compile(
     r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
-_CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
+NOQA_CODE = re.compile(r"[A-Z]+[0-9]+", re.IGNORECASE)
 _SKIP_FILE = re.compile(r"#\s*memlint\s*:\s*skip-file\b", re.IGNORECASE)
 
 
@@ -19,10 +19,10 @@ def is_suppressed(line_text: str, code: str) -> bool:
     """Whether the reported line's `# noqa` comment covers `code`."""
     if "#" not in line_text:
         return False
-    match = _NOQA.search(line_text)
+    match = NOQA_COMMENT.search(line_text)
     if match is None:
         return False
     codes = match.group("codes")
     if not codes:
         return True
-    return any(code.startswith(c.upper()) for c in _CODE.findall(codes))
+    return any(code.startswith(c.upper()) for c in NOQA_CODE.findall(codes))

@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated codes or prefixes (replaces the config's)")
     parser.add_argument("--ignore", default=None,
                         help="comma-separated codes or prefixes (replaces the config's)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--output-format", "--format", dest="format", choices=("text", "json"),
+                        default="text", help="output format (default: text)")
     parser.add_argument("--snapshot", metavar="OUT.pickle",
                         help="write PyTorch's memory snapshot (opens in pytorch.org/memory_viz)")
     parser.add_argument("--plot", metavar="OUT.png",
@@ -80,6 +81,22 @@ def _settings(options: argparse.Namespace) -> Settings:
     return apply_overrides(settings, select=select, ignore=ignore)
 
 
+def _checked_settings(options: argparse.Namespace) -> Settings:
+    """The settings, once the paths and flags are known to make sense: a
+    mistake is named before the GPU is looked for."""
+    missing = [p for p in options.paths if not os.path.exists(p)]
+    if missing:
+        raise ConfigError(f"no such file or directory: {missing[0]}")
+    if options.nproc_per_node is not None and options.nproc_per_node < 1:
+        raise ConfigError("--nproc-per-node must be 1 or more")
+    if options.nproc_per_node is not None and options.fix:
+        raise ConfigError("--fix with --nproc-per-node is not supported yet; "
+                          "measure the fixes on one process")
+    if options.unsafe_fixes and not options.fix:
+        raise ConfigError("--unsafe-fixes needs --fix")
+    return _settings(options)
+
+
 @overload
 def _per_script(path: str, script: str, several: bool) -> str: ...
 @overload
@@ -108,28 +125,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from memlint.verify.runner import Options, cuda_problem, runnable_targets, verify_ranks
 
-    problem = cuda_problem(options.device)
-    if problem:
-        print(f"memlint verify: {problem}", file=sys.stderr)
-        return 2
-    missing = [p for p in options.paths if not os.path.exists(p)]
-    if missing:
-        print(f"memlint verify: no such file or directory: {missing[0]}", file=sys.stderr)
-        return 2
     try:
-        settings = _settings(options)
+        settings = _checked_settings(options)
     except ConfigError as error:
         print(f"memlint verify: {error}", file=sys.stderr)
         return 2
-    if options.nproc_per_node is not None and options.nproc_per_node < 1:
-        print("memlint verify: --nproc-per-node must be 1 or more", file=sys.stderr)
-        return 2
-    if options.nproc_per_node is not None and options.fix:
-        print("memlint verify: --fix with --nproc-per-node is not supported yet; "
-              "measure the fixes on one process", file=sys.stderr)
-        return 2
-    if options.unsafe_fixes and not options.fix:
-        print("memlint verify: --unsafe-fixes needs --fix", file=sys.stderr)
+    problem = cuda_problem(options.device)
+    if problem:
+        print(f"memlint verify: {problem}", file=sys.stderr)
+        if options.format == "json":  # a consumer of the JSON still gets a document
+            print(json.dumps({"error": problem, "scripts": [], "skipped": []}, indent=2))
         return 2
     targets, skipped = runnable_targets(options.paths, settings)
     several = len(targets) > 1
