@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.autograd_values import (BACKWARD_METHODS, HISTORY_SCALAR, AutogradValues,
-                                              BackwardFlows, Value, backpropagated, names_in,
-                                              rebound)
+                                              BackwardFlows, Value, backpropagated, rebound)
 from memlint.analysis.context import Context, Loop
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
@@ -19,9 +18,9 @@ from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import (Condition, Either, UnlessForwardsGiveNoHistoryAt,
                                       UnlessImportedFunctionsKeepNoHistory,
                                       UnlessProgramMethodsKeepNoHistory, UnlessProjectOnCpu)
-from memlint.finding import SAFE, UNSAFE
 from memlint.analysis.torch_api import AUTOGRAD_ENTRY, MODULE_BASE
-from memlint.rules.base import FixPlan, Rule, RuleOptions
+from memlint.rules.base import Rule, RuleOptions
+from memlint.rules.mem003_tensor_history_kept.fix import detach_fix, message
 
 _MODULE_BASES = {MODULE_BASE, "nn.Module", "Module"}
 
@@ -319,8 +318,9 @@ class TensorHistoryKept(Rule):
                 continue  # kept for a backward that follows
             if _kept_for_its_data(store, value, flows, frame.node):
                 continue
-            self.report(store.node, _message(store.stored, value, code(store.target), store.verb),
-                        store.statement, self._unless(store), fix=_detach(store, frame))
+            fix = detach_fix(store.stored, store.container, store.verb, store.local, frame.node)
+            self.report(store.node, message(store.stored, value, code(store.target), store.verb),
+                        store.statement, self._unless(store), fix=fix)
 
     def _grad_off_by_callers(self, frame: _Frame) -> bool:
         """`eval_one_batch(...)` whose every call in this module is under
@@ -482,51 +482,3 @@ def _kept_for_its_data(store: _Store, value: Value, flows: BackwardFlows,
 
 
 _LIST_GROWTH = {"append", "extend with", "insert", "add"}
-
-
-def _detach(store: _Store, frame: _Frame) -> FixPlan | None:
-    """`losses.append(loss)` -> `losses.append(loss.detach())`: the same
-    values, without their history, and still tensors, so `torch.stack(losses)`
-    and `.item()` on them keep working (`.item()` would also turn them into
-    floats and wait for the GPU at every step). Safe for a container local to
-    its function and never returned: nothing outside can back-propagate
-    through it, and no backward here reaches it (that was checked). Unsafe for
-    one on `self`, a global, or one returned."""
-    stored = store.stored
-    if isinstance(stored, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)):
-        return None  # `history += [fake]`: a list of tensors, nothing to detach as a whole
-    if not isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) \
-            and not stored.lpar:
-        stored = stored.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-    detached = cst.Call(func=cst.Attribute(value=stored, attr=cst.Name("detach")))
-    returned = any(store.container.split(".", 1)[0] in names_in(node.value)
-                   for node in _returns_in(frame.node) if node.value is not None)
-    safe = store.local and not returned
-    return FixPlan(SAFE if safe else UNSAFE, f"{store.verb} {code(detached)}",
-                   ((store.stored, detached),))
-
-
-def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
-    """The `return` statements of a function's own body (not of nested ones)."""
-    found: list[cst.Return] = []
-    pending: list[cst.CSTNode] = [function.body] if isinstance(function, cst.FunctionDef) else []
-    while pending:
-        node = pending.pop()
-        if type(node) is cst.Return:
-            found.append(node)
-        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            pending.extend(node.children)
-    return found
-
-
-def _message(stored: cst.BaseExpression, value: Value, container: str, verb: str) -> str:
-    text = code(stored)
-    simple = isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
-    receiver = text if simple else f"({text})"
-    if value.scalar:
-        fix = f"{verb} {receiver}.item() instead"
-    else:
-        fix = f"{verb} {receiver}.detach() instead (.detach().cpu() to free the GPU copy too)"
-    return (f"'{text}' keeps its autograd graph alive in '{container}' across iterations: "
-            f"every iteration's graph and the tensors it saved for backward stay in memory; "
-            f"{fix}")

@@ -1,0 +1,59 @@
+"""MEM003's message and its fix: what to keep instead of the value with history."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from memlint.analysis.autograd_values import Value, names_in
+from memlint.analysis.stores import code
+from memlint.finding import SAFE, UNSAFE
+from memlint.rules.base import FixPlan
+
+
+def detach_fix(stored: cst.BaseExpression, container: str, verb: str, local: bool,
+               function: cst.CSTNode) -> FixPlan | None:
+    """`losses.append(loss)` -> `losses.append(loss.detach())`: the same
+    values, without their history, and still tensors, so `torch.stack(losses)`
+    and `.item()` on them keep working (`.item()` would also turn them into
+    floats and wait for the GPU at every step). Safe for a container local to
+    its function and never returned: nothing outside can back-propagate
+    through it, and no backward here reaches it (that was checked). Unsafe for
+    one on `self`, a global, or one returned."""
+    original = stored
+    if isinstance(stored, (cst.List, cst.Tuple, cst.ListComp, cst.GeneratorExp)):
+        return None  # `history += [fake]`: a list of tensors, nothing to detach as a whole
+    if not isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) \
+            and not stored.lpar:
+        stored = stored.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    detached = cst.Call(func=cst.Attribute(value=stored, attr=cst.Name("detach")))
+    returned = any(container.split(".", 1)[0] in names_in(node.value)
+                   for node in _returns_in(function) if node.value is not None)
+    safe = local and not returned
+    return FixPlan(SAFE if safe else UNSAFE, f"{verb} {code(detached)}",
+                   ((original, detached),))
+
+
+def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
+    """The `return` statements of a function's own body (not of nested ones)."""
+    found: list[cst.Return] = []
+    pending: list[cst.CSTNode] = [function.body] if isinstance(function, cst.FunctionDef) else []
+    while pending:
+        node = pending.pop()
+        if type(node) is cst.Return:
+            found.append(node)
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            pending.extend(node.children)
+    return found
+
+
+def message(stored: cst.BaseExpression, value: Value, container: str, verb: str) -> str:
+    text = code(stored)
+    simple = isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+    receiver = text if simple else f"({text})"
+    if value.scalar:
+        fix = f"{verb} {receiver}.item() instead"
+    else:
+        fix = f"{verb} {receiver}.detach() instead (.detach().cpu() to free the GPU copy too)"
+    return (f"'{text}' keeps its autograd graph alive in '{container}' across iterations: "
+            f"every iteration's graph and the tensors it saved for backward stay in memory; "
+            f"{fix}")
