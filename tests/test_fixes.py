@@ -58,6 +58,19 @@ def test_continuation_lines_inside_a_block_keep_their_indentation():
     assert fixed == source.replace("batch_size=1)", "batch_size=1, pin_memory=True)")
 
 
+def test_pin_memory_follows_a_device_picked_at_run_time():
+    """A program that may run on a host without CUDA must not warn there
+    (current torch warns on every run when pin_memory=True has no accelerator)."""
+    source = ("import torch as T\nfrom torch.utils.data import DataLoader\n"
+              "from torchvision.datasets import MNIST\n"
+              "device = 'cuda' if T.cuda.is_available() else 'cpu'\n"
+              "loader = DataLoader(MNIST('.'), batch_size=64)\n"
+              "for x, y in loader:\n    x = x.to(device)\n")
+    assert fixes(source) == [
+        ("MEM005", SAFE, "DataLoader(MNIST('.'), batch_size=64, "
+                         "pin_memory=T.cuda.is_available())")]
+
+
 def test_pin_memory_is_safe_for_host_datasets_and_unsafe_for_the_projects_own():
     torchvision_loader = ("import torch\nfrom torch.utils.data import DataLoader\n"
                           "from torchvision.datasets import MNIST\n"

@@ -430,3 +430,13 @@ def made_by_a_forward(value: cst.BaseExpression, ctx: Context, depth: int = 0) -
     if site.unpacked_from is not None:
         return made_by_a_forward(site.unpacked_from, ctx, depth)
     return site.value is not value and made_by_a_forward(site.value, ctx, depth)
+
+
+def names_cuda_literally(call: cst.Call) -> bool:
+    """`x.cuda()`, `x.cuda(1)`, `x.to("cuda:0")`: the program runs on a GPU or
+    not at all, where `x.to(device)` lets it run on a host without one."""
+    if type(call.func) is cst.Attribute and call.func.attr.value == "cuda":
+        return True
+    target = call_arg(call, "device", position=0)
+    return target is not None and (string_value(target.value) is not None
+                                   or type(target.value) is cst.Integer)

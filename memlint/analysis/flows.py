@@ -15,6 +15,7 @@ that function does in its own file.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -321,3 +322,16 @@ def iterated_name(node: cst.BaseExpression) -> str | None:
             (dotted_name(node.func) or "") in _LOOP_WRAPPERS:
         node = node.args[0].value
     return dotted_name(node)
+
+
+def returns_its_argument(params: cst.Parameters, body: Sequence[cst.CSTNode]) -> bool:
+    """`(x): return x` / `lambda x: x`: one parameter, given back unchanged."""
+    if len(params.params) != 1 or isinstance(params.star_arg, (cst.Param, cst.ParamStar)) \
+            or params.kwonly_params or params.star_kwarg or params.posonly_params:
+        return False
+    name = params.params[0].name.value
+    statement = body[0] if len(body) == 1 else None
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        statement = statement.body[0]
+    value = statement.value if isinstance(statement, cst.Return) else statement
+    return isinstance(value, cst.Name) and value.value == name

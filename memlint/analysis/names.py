@@ -61,6 +61,11 @@ class ImportTable:
         #: bumped on every change, so that answers can be kept until the next
         self.changes = 0
 
+    def local_name_of(self, module: str) -> str | None:
+        """The name this module binds `module` to (`import torch as T` -> `T`),
+        None where it binds none."""
+        return next((local for local, full in self._aliases.items() if full == module), None)
+
     def add_import(self, node: cst.Import) -> None:
         self.changes += 1
         for alias in node.names:

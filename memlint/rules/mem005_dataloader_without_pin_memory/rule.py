@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import libcst as cst
@@ -11,9 +10,9 @@ import libcst as cst
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
 from memlint.analysis.devices import (CudaReturns, creates_on_cuda, held_on_cuda, is_cuda_device,
-                                      moves_to_cuda)
+                                      moves_to_cuda, names_cuda_literally)
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
-                                    iterated_name, local_owner)
+                                    iterated_name, local_owner, returns_its_argument)
 from memlint.analysis.names import (call_arg, dotted_name, has_star_kwargs,
                                     literal_bool)
 from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
@@ -204,6 +203,9 @@ class DataLoaderWithoutPinMemory(Rule):
         #: evidence, for related locations
         self.first_copy: cst.Call | None = None
         self.copies_non_blocking = False
+        #: a copy goes to a device the program picks when it runs (`.to(device)`,
+        #: `args.device`), so it may run on a host without CUDA
+        self.device_chosen_at_run_time = False
 
     def visit_Name(self, node: cst.Name) -> None:
         if self._only_looked_at(node):
@@ -236,7 +238,7 @@ class DataLoaderWithoutPinMemory(Rule):
         return False
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if _returns_its_argument(node.params, node.body.body):
+        if returns_its_argument(node.params, node.body.body):
             self.identity_functions.add(node.name.value)
 
     def visit_Return(self, node: cst.Return) -> None:
@@ -257,6 +259,7 @@ class DataLoaderWithoutPinMemory(Rule):
         elif moves_to_cuda(node, self.ctx):
             self._note_dataset_on_gpu()
             copies = True
+            self.device_chosen_at_run_time |= not names_cuda_literally(node)
             non_blocking = call_arg(node, "non_blocking")
             if non_blocking is not None and literal_bool(non_blocking.value) is True:
                 self.copies_non_blocking = True
@@ -346,7 +349,7 @@ class DataLoaderWithoutPinMemory(Rule):
             return False
         value = collate.value
         if isinstance(value, cst.Lambda):
-            return _returns_its_argument(value.params, [value.body])
+            return returns_its_argument(value.params, [value.body])
         return isinstance(value, cst.Name) and value.value in self.identity_functions \
             and self.ctx.binding(value.value) is None
 
@@ -415,35 +418,24 @@ class DataLoaderWithoutPinMemory(Rule):
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
                             UnlessNoImporterCopiesToCuda(self.facts.module),
-                            fix=_pin(loader))
+                            fix=self._pin(loader))
                 continue
             unless: Condition = UnlessProjectOnCpu.here(self.ctx)
             if batches == STAY:  # handed only to functions of other modules
                 unless = Either((unless, UnlessHelpersKeepBatchesOnHost(tuple(handed_out))))
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking),
-                        statement, unless, fix=_pin(loader),
+                        statement, unless, fix=self._pin(loader),
                         related=[(self.first_copy, "copied to a CUDA device here: this "
                                                    "module's batches go to the GPU")])
 
-
-def _returns_its_argument(params: cst.Parameters, body: Sequence[cst.CSTNode]) -> bool:
-    """`(x): return x` / `lambda x: x`: one parameter, given back unchanged."""
-    if len(params.params) != 1 or isinstance(params.star_arg, (cst.Param, cst.ParamStar)) \
-            or params.kwonly_params or params.star_kwarg or params.posonly_params:
-        return False
-    name = params.params[0].name.value
-    statement = body[0] if len(body) == 1 else None
-    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-        statement = statement.body[0]
-    value = statement.value if isinstance(statement, cst.Return) else statement
-    return isinstance(value, cst.Name) and value.value == name
-
-
-def _pin(loader: _Loader) -> FixPlan:
-    """`pin_memory=True`: it changes no value a batch holds, only where the
-    host keeps it. Safe when the data set is known to give host tensors; a
-    data set of the project's might give CUDA tensors, which cannot be pinned
-    (the loader would raise), so there the user must look first."""
-    return FixPlan(SAFE if loader.host_dataset else UNSAFE, "pass pin_memory=True",
-                   ((loader.node, with_keyword(loader.node, "pin_memory", "True",
-                                               _PIN_MEMORY_POSITION)),))
+    def _pin(self, loader: _Loader) -> FixPlan:
+        """`pin_memory=True` changes no value, only where the host keeps a batch:
+        safe for data sets known to give host tensors (a project's own might
+        give CUDA ones, which cannot be pinned). A device picked at run time may
+        be the CPU, where pinning warns: `pin_memory=torch.cuda.is_available()`."""
+        torch = self.ctx.names.local_name_of("torch")
+        value = f"{torch}.cuda.is_available()" if self.device_chosen_at_run_time and torch \
+            else "True"
+        return FixPlan(SAFE if loader.host_dataset else UNSAFE, f"pass pin_memory={value}",
+                       ((loader.node, with_keyword(loader.node, "pin_memory", value,
+                                                   _PIN_MEMORY_POSITION)),))
