@@ -20,7 +20,7 @@ from memlint.engine.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply
                                    load_settings, parse_codes)
 from memlint.engine import Source, check_sources, discover_sources, size_limit
 from memlint.engine.paths import useful_jobs
-from memlint.engine.cache import ResultCache, default_cache_dir
+from memlint.engine.cache import ResultCache, default_cache_dir, folder_problem
 from memlint.engine.cache import clean as clean_cache
 from memlint.engine.source import decode
 from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_text,
@@ -257,8 +257,7 @@ def _check(options: argparse.Namespace) -> int:
     stdin = _stdin_source(options, settings) if "-" in paths else None
     if stdin is not None:
         sources.append(stdin)
-    cache = None if options.no_cache else ResultCache(
-        options.cache_dir or default_cache_dir(settings), settings)
+    cache = None if options.no_cache else _cache(options.cache_dir, settings)
     report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
     if options.verbose:
         _say_what_was_done(pyproject, report, options.jobs, started)
@@ -312,9 +311,23 @@ def _check(options: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
+def _cache(folder: str | None, settings: Settings) -> ResultCache:
+    """The result cache, in a folder that is memlint's to fill: never a project."""
+    folder = folder or default_cache_dir(settings)
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise ConfigError(f"cache folder {display_path(str(folder))}: {problem} "
+                          f"(or --no-cache)")
+    return ResultCache(folder, settings)
+
+
 def _clean(options: argparse.Namespace) -> int:
     folder = options.cache_dir or default_cache_dir(load_settings(find_pyproject(os.getcwd())))
-    if clean_cache(folder):
+    try:
+        removed = clean_cache(folder)
+    except ValueError as problem:
+        raise ConfigError(f"{display_path(str(folder))}: not removed: {problem}") from None
+    if removed:
         _write(f"Removed {display_path(str(folder))}\n")
     else:
         _write(f"No memlint cache at {display_path(str(folder))}\n")
