@@ -73,7 +73,7 @@ class ResultCache:
         """The result stored for this file's bytes, or None."""
         try:
             with open(self._entry(path, module), "rb") as handle:
-                if pickle.load(handle) != _digest(data):
+                if pickle.load(handle) != content_digest(data):
                     return None
                 result = pickle.load(handle)
         except Exception:  # none, stale, corrupt or foreign: analysed and written again
@@ -93,7 +93,7 @@ class ResultCache:
             handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 with os.fdopen(handle, "wb") as stream:
-                    pickle.dump(_digest(data), stream, protocol=pickle.HIGHEST_PROTOCOL)
+                    pickle.dump(content_digest(data), stream, protocol=pickle.HIGHEST_PROTOCOL)
                     pickle.dump(result, stream, protocol=pickle.HIGHEST_PROTOCOL)
                 os.replace(temporary, entry)
             except BaseException:
@@ -196,7 +196,8 @@ def clean(folder: str | os.PathLike) -> bool:
     return True
 
 
-def _digest(data: bytes) -> bytes:
+def content_digest(data: bytes) -> bytes:
+    """What identifies a file's bytes: its cache entry's, and the ones `--fix` may change."""
     return hashlib.blake2b(data, digest_size=20).digest()
 
 

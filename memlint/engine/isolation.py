@@ -31,6 +31,8 @@ Result = TypeVar("Result")
 
 #: how often a busy worker's memory is measured
 _MEMORY_POLL_S = 0.1
+#: the longest the parent waits at once (a timeout the system can take)
+_LONGEST_WAIT_S = 3600.0
 #: a task sent ahead must fit the pipe's buffer, so that sending it never
 #: blocks the parent while the worker blocks sending a large result
 _AHEAD_BYTES = 16 * 1024
@@ -87,7 +89,7 @@ def _wait_seconds(busy: list[_Worker], budget: Budget) -> float | None:
         waits.append(_MEMORY_POLL_S)
     if budget.seconds is not None:
         now = time.monotonic()
-        waits += [max(w.started + budget.seconds - now, 0) for w in busy]
+        waits += [min(max(w.started + budget.seconds - now, 0), _LONGEST_WAIT_S) for w in busy]
     return min(waits, default=None)
 
 

@@ -95,6 +95,9 @@ def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | N
                              f"not a notebook: invalid JSON ({error.msg})")], None
     except RecursionError:  # `[[[[...]]]]`: the json module recurses per level
         return [syntax_error(path, 1, 1, "not a notebook: JSON nested too deeply")], None
+    except ValueError:  # an integer of more digits than Python converts (4300)
+        return [syntax_error(path, 1, 1, "not a notebook memlint can read: it holds a "
+                                         "number too long to read")], None
     problem = _shape_problem(notebook)
     if problem:
         return [syntax_error(path, 1, 1, f"not a notebook memlint can read: {problem}")], None
