@@ -369,3 +369,67 @@ def test_13_control_characters_in_file_names_are_escaped(tmp_path, name, shown):
     result = run("check", "--no-cache", ".", cwd=tmp_path)
     lines = result.stdout.decode().splitlines()
     assert lines[0].startswith(f"./{shown}:3:9: MEM007") and "\x1b" not in result.stdout.decode()
+
+
+# -- 8: workers never outlive their parent -------------------------------------------
+
+_ORPHAN_SCRIPT = """
+import os, sys, time
+from functools import partial
+from memlint.engine.isolation import Budget, run_supervised
+
+def check(folder, task):
+    with open(os.path.join(folder, task + ".pid"), "w") as out:
+        out.write(str(os.getpid()))
+    if task == "hang":
+        time.sleep(3600)
+    return task
+
+run_supervised(partial(check, sys.argv[1]), ["quick", "hang"], 2, Budget())
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Dead, or a zombie waiting for a reaper that may never come in a container."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+
+def _wait_until(condition, seconds: float = 60) -> bool:
+    import time
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="workers are forked where they can be")
+@pytest.mark.slow
+def test_8_workers_die_with_a_killed_parent(tmp_path):
+    """One worker busy on a file that hangs, one idle waiting for the next task."""
+    import signal
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN_SCRIPT, str(tmp_path)])
+    pid_files = [tmp_path / "quick.pid", tmp_path / "hang.pid"]
+    try:
+        assert _wait_until(lambda: all(p.exists() and p.read_text() for p in pid_files))
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    workers = [int(p.read_text()) for p in pid_files]
+    try:
+        assert _wait_until(lambda: all(_gone(pid) for pid in workers), seconds=30), workers
+    finally:
+        for pid in workers:
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)

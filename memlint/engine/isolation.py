@@ -31,6 +31,10 @@ Result = TypeVar("Result")
 
 #: how often a busy worker's memory is measured
 _MEMORY_POLL_S = 0.1
+#: how often a worker looks for its parent where the kernel cannot tell it
+_PARENT_POLL_S = 0.5
+#: prctl option: the signal a process gets when its parent dies (Linux)
+_PR_SET_PDEATHSIG = 1
 #: the longest the parent waits at once (a timeout the system can take)
 _LONGEST_WAIT_S = 3600.0
 #: a task sent ahead must fit the pipe's buffer, so that sending it never
@@ -105,7 +109,9 @@ class _Worker:
 
     def _start(self) -> None:
         self.connection, child_end = _CONTEXT.Pipe()
-        self.process = _CONTEXT.Process(target=_serve, args=(child_end, self.check), daemon=True)
+        _PARENT_ENDS.add(self.connection)
+        self.process = _CONTEXT.Process(target=_serve, args=(child_end, self.check, os.getpid()),
+                                        daemon=True)
         self.process.start()
         child_end.close()
 
@@ -175,12 +181,22 @@ class _Worker:
             self.process.kill()
         self.process.join()
         self.connection.close()
+        _PARENT_ENDS.discard(self.connection)
 
 
-def _serve(connection: Connection, check: Callable) -> None:
+#: the parent's ends of the workers' pipes: a forked worker closes its copies,
+#: so that its own pipe ends (EOF) when the parent is gone
+_PARENT_ENDS: set[Connection] = set()
+
+
+def _serve(connection: Connection, check: Callable, parent: int) -> None:
     """A worker's loop: one task in, its result out, until told to stop. Ctrl-C is
-    the parent's to handle: it stops the workers."""
+    the parent's to handle: it stops the workers. A worker never outlives its
+    parent (killed, cancelled, out of memory), even in the middle of a file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for end in _PARENT_ENDS:
+        end.close()
+    _exit_with(parent)
     while True:
         try:
             task = connection.recv()
@@ -189,6 +205,28 @@ def _serve(connection: Connection, check: Callable) -> None:
         if task is None:
             return
         connection.send(check(task))
+
+
+def _exit_with(parent: int) -> None:
+    """Be killed when `parent` dies: by the kernel on Linux, else by a thread
+    that watches who the parent is."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        asked = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        asked = False
+    if os.getppid() != parent:  # died before it could be asked
+        os._exit(1)
+    if not asked:
+        import threading
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_S)
+    os._exit(1)
 
 
 def _death(exitcode: int | None) -> str:
