@@ -433,3 +433,18 @@ def test_8_workers_die_with_a_killed_parent(tmp_path):
         for pid in workers:
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# -- 9: a FIFO anywhere in the project is never opened ------------------------------
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_9_a_fifo_next_to_the_checked_file_never_blocks(tmp_path):
+    """Checking one file reads the project's other text files (does it use
+    CUDA?): `logs/progress.json` fed by a running job must not be one of them."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "logs").mkdir()
+    os.mkfifo(tmp_path / "logs" / "progress.json")
+    os.mkfifo(tmp_path / "logs" / "step.py")
+    (tmp_path / "train.py").write_text("import torch\n\nstate = torch.load('ckpt.pt')\n")
+    result = run("check", "--no-cache", "train.py", cwd=tmp_path)
+    assert result.returncode in (0, 1) and result.stderr == b""

@@ -19,6 +19,7 @@ from functools import lru_cache
 from memlint.version import __version__
 from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.engine import RuleCrash, check_source
+from memlint.files import read_regular
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
 
@@ -88,8 +89,7 @@ class MemlintChecker:
             return text
         try:
             as_latin1 = text.encode("latin-1")
-            with open(self.filename, "rb") as handle:
-                data = handle.read()
+            data = read_regular(self.filename)
         except (UnicodeEncodeError, OSError):  # decoded past latin-1, or not on disk
             return text
         # flake8 reads with universal newlines

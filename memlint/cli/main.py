@@ -25,6 +25,7 @@ from memlint.engine.paths import useful_jobs
 from memlint.engine.cache import ResultCache, content_digest, default_cache_dir, folder_problem
 from memlint.engine.cache import clean as clean_cache
 from memlint.engine.source import Undecodable, decode
+from memlint.files import read_regular
 from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_text,
                                    statistics)
 from memlint.cli.reporters import text as concise_text
@@ -416,7 +417,7 @@ def _lines_by_source(sources: list[Source]):
     def lines_of(finding) -> list[str] | None:
         if finding.path not in cache:
             try:
-                raw = data.get(finding.path) or _read(finding.path)
+                raw = data.get(finding.path) or read_regular(finding.path)
                 cache[finding.path] = _text_lines(finding.path, decode(raw))
             except (OSError, ValueError):
                 cache[finding.path] = None
@@ -543,17 +544,12 @@ def _checked_bytes(source: Source, report) -> bytes:
     if source.data is not None:
         return source.data
     try:
-        data = _read(source.path)
+        data = read_regular(source.path)
     except OSError as error:
         raise _NotFixed(f"cannot read it: {error.strerror or error}", error=True) from None
     if content_digest(data) != report.digests.get(source.path):
         raise _NotFixed("it changed on disk after it was checked")
     return data
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
 
 
 #: `--fix` rounds (fix, check again) before giving up on reaching a fixed point
@@ -643,7 +639,7 @@ def _add_noqa(report, sources: list[Source]) -> int:
             print(f"memlint: {display_path(source.path)}: not changed: --add-noqa does not "
                   f"edit {what}", file=sys.stderr)
             continue
-        original = _read(source.path)
+        original = read_regular(source.path)
         text, lines = add_noqa(decode(original), findings)
         if lines and _written(source.path, original, text):
             added += lines
@@ -674,7 +670,7 @@ def _diff(before: list[Source], after: list[Source], fixed: int, say) -> None:
         if new.data is None or new.data is old.data:  # not fixed
             continue
         name = display_path(old.path)
-        old_text = decode(old.data if old.data is not None else _read(old.path))
+        old_text = decode(old.data if old.data is not None else read_regular(old.path))
         for label, was, becomes in _changed_parts(name, old_text, decode(new.data)):
             say(_unified_diff(label, was, becomes))
     count = f"{fixed} finding{'s' * (fixed != 1)}"

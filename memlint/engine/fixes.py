@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from memlint.analysis.source_lines import LINE_BREAK
+from memlint.files import read_regular
 from memlint.finding import SAFE, Finding, Fix
 
 MAX_PASSES = 8
@@ -230,9 +231,8 @@ def write_fixed(path: str, original: bytes, text: str) -> None:
     if not status.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         # (checked on the mode, not with os.access, which lets root write anything)
         raise PermissionError(errno.EACCES, "the file is read-only")
-    with open(target, "rb") as handle:
-        if handle.read() != original:
-            raise FileChanged(path)
+    if read_regular(target) != original:
+        raise FileChanged(path)
     if status.st_nlink > 1 or not _replaced(target, data, status):
         _rewrite_in_place(target, original, data)
 
@@ -264,7 +264,7 @@ def _replaced(target: str, data: bytes, status: os.stat_result) -> bool:
 
 def _rewrite_in_place(target: str, original: bytes, data: bytes) -> None:
     """The same inode, so every hard link and the owner see the fix."""
-    with open(target, "r+b") as handle:
+    with open(target, "r+b") as handle:  # (a regular file: `write_fixed` read it)
         if handle.read() != original:
             raise FileChanged(target)
         handle.seek(0)

@@ -35,6 +35,7 @@ from memlint.analysis.project import ModuleFacts, Project
 from memlint.engine.fixes import MAX_PASSES, FixResult, apply_fixes, wanted
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import syntax_error
+from memlint.files import read_regular
 from memlint.finding import Finding, Fix, Related
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
@@ -66,9 +67,7 @@ class _CodeLine:
 def check_notebook(path: str, settings: Settings | None = None) -> list[Finding]:
     """Findings for a notebook on disk. `OSError` is the caller's (the engine
     turns it into MEM000); a rule failure raises `RuleCrash`, as for a file."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return check_notebook_source(data, path, settings)
+    return check_notebook_source(read_regular(path), path, settings)
 
 
 def check_notebook_source(data: str | bytes, path: str,

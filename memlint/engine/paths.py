@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -15,6 +14,7 @@ from memlint.engine.ignore_files import IgnoreRules
 from memlint.engine.settings import Settings
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import RuleCrash, syntax_error
+from memlint.files import NotRegular, open_regular
 from memlint.finding import Finding, InternalError
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -106,12 +106,11 @@ def read_regular_file(path: str, max_size_mb: float | None) -> bytes:
     /dev/zero never ends) and anything over the size limit raise `Unreadable`;
     opened without blocking and checked on the open file, so a path swapped in
     between cannot slip through."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                         | getattr(os, "O_BINARY", 0))
-    with open(descriptor, "rb") as handle:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            raise Unreadable(f"it is {_kind(status.st_mode)}, not a regular file")
+    try:
+        handle = open_regular(path)
+    except NotRegular as error:
+        raise Unreadable(error.strerror) from None
+    with handle:
         data = handle.read() if max_size_mb is None else handle.read(size_limit(max_size_mb) + 1)
     if _larger_than(data, max_size_mb):
         raise Unreadable(too_large(max_size_mb))
@@ -130,13 +129,6 @@ def _larger_than(data: bytes, max_size_mb: float | None) -> bool:
 def too_large(max_size_mb: float) -> str:
     return (f"it is larger than {max_size_mb:g} MB (max-file-size); exclude it or raise the "
             f"limit with --max-file-size")
-
-
-def _kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISDIR, "a directory"))
-    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def _check_one(source: Source, settings: Settings) -> FileResult:
