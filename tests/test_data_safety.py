@@ -363,7 +363,8 @@ def test_13_a_closed_pipe_does_not_turn_findings_into_success(tmp_path):
     assert process.returncode == 1 and b"Traceback" not in err
 
 
-@pytest.mark.parametrize("name, shown", [("a\nb.py", "a\\nb.py"), ("\x1b[31mred.py", "\\x1b[31mred.py")])
+@pytest.mark.parametrize("name, shown", [("a\nb.py", "a\\nb.py"),
+                                         ("\x1b[31mred.py", "\\x1b[31mred.py")])
 def test_13_control_characters_in_file_names_are_escaped(tmp_path, name, shown):
     (tmp_path / name).write_text(FLAGGED)
     result = run("check", "--no-cache", ".", cwd=tmp_path)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from memlint.version import __version__
+from memlint.analysis.source_lines import split_lines
 from memlint.engine.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
                                    common_parent, describe_settings, find_pyproject,
                                    load_settings, parse_codes)
@@ -192,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("server", help="run the Language Server editors talk to (stdio; "
                                        "needs the extra 'server')",
                         description="Run memlint's Language Server over stdin/stdout: "
-                                    "diagnostics on open and save, quick fixes, # noqa "
-                                    "actions. Needs pygls: pip install 'pygls>=2,<3'.")
+                                    "diagnostics on open and after edits and saves, quick "
+                                    "fixes, # noqa actions. Needs pygls: pip install "
+                                    "'pygls>=2,<3'.")
     commands.add_parser("verify", help="run a script on a GPU and measure each finding "
                                        "(memlint verify --help)", add_help=False)
     return parser
@@ -431,7 +433,7 @@ def _lines_by_source(sources: list[Source]):
 def _text_lines(path: str, text: str):
     """The file's lines; for a notebook, each cell's lines (indexed by cell)."""
     if not path.endswith(".ipynb"):
-        return text.splitlines(keepends=True)
+        return split_lines(text)
     import json
 
     from memlint.engine.notebook import cell_text

@@ -23,7 +23,7 @@ import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from memlint.analysis.source_lines import LINE_BREAK
+from memlint.analysis.source_lines import LINE_BREAK, split_lines
 from memlint.files import read_regular
 from memlint.finding import SAFE, Finding, Fix
 
@@ -170,7 +170,7 @@ def _splice(original: bytes, before: str, after: str, encoding: str,
     import difflib  # only --fix of a file in such an encoding gets here
 
     old_bytes = _LINE_BYTES.findall(original)
-    old_lines, new_lines = _LINE_TEXT.findall(before), _LINE_TEXT.findall(after)
+    old_lines, new_lines = split_lines(before), split_lines(after)
     if len(old_bytes) != len(old_lines):
         return None
     pieces = []
@@ -190,14 +190,14 @@ def _splice(original: bytes, before: str, after: str, encoding: str,
         return None
 
 
-#: a line with its end, as Python splits lines (bytes: in the ASCII-compatible
-#: encodings a coding cookie can name, CR and LF are never part of another character)
-_LINE_BYTES = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
-_LINE_TEXT = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+#: a line with its end, as Python splits lines (in the ASCII-compatible encodings
+#: a coding cookie can name, CR and LF are never part of another character)
+_LINE_BYTES = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
 def _respelled(old_bytes: bytes, old: str, new: str, encoding: str) -> bytes:
-    """`old_bytes` (which read as `old`) with only the characters that differ from `new` encoded anew."""
+    """`old_bytes` (which read as `old`) with only the characters that differ
+    from `new` encoded anew."""
     prefix = len(os.path.commonprefix([old, new]))
     suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
     start = _byte_offset(old_bytes, prefix, encoding)

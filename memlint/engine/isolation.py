@@ -15,10 +15,13 @@ worker that died goes back to the queue.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import pickle
 import signal
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -110,8 +113,8 @@ class _Worker:
     def _start(self) -> None:
         self.connection, child_end = _CONTEXT.Pipe()
         _PARENT_ENDS.add(self.connection)
-        self.process = _CONTEXT.Process(target=_serve, args=(child_end, self.check, os.getpid()),
-                                        daemon=True)
+        self.process = _CONTEXT.Process(target=_serve, daemon=True,
+                                        args=(child_end, self.check, os.getpid(), _prctl()))
         self.process.start()
         child_end.close()
 
@@ -189,14 +192,14 @@ class _Worker:
 _PARENT_ENDS: set[Connection] = set()
 
 
-def _serve(connection: Connection, check: Callable, parent: int) -> None:
+def _serve(connection: Connection, check: Callable, parent: int, prctl) -> None:
     """A worker's loop: one task in, its result out, until told to stop. Ctrl-C is
     the parent's to handle: it stops the workers. A worker never outlives its
     parent (killed, cancelled, out of memory), even in the middle of a file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for end in _PARENT_ENDS:
         end.close()
-    _exit_with(parent)
+    _exit_with(parent, prctl)
     while True:
         try:
             task = connection.recv()
@@ -207,19 +210,27 @@ def _serve(connection: Connection, check: Callable, parent: int) -> None:
         connection.send(check(task))
 
 
-def _exit_with(parent: int) -> None:
-    """Be killed when `parent` dies: by the kernel on Linux, else by a thread
-    that watches who the parent is."""
+@functools.lru_cache(maxsize=None)
+def _prctl():
+    """Linux's prctl, found in the parent: a forked child must import nothing
+    (another thread of the parent, an editor's server, may have held the
+    import lock when it forked)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        asked = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        asked = False
+        return None
+
+
+def _exit_with(parent: int, prctl) -> None:
+    """Be killed when `parent` dies: by the kernel on Linux, else by a thread
+    that watches who the parent is."""
+    asked = prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
     if os.getppid() != parent:  # died before it could be asked
         os._exit(1)
     if not asked:
-        import threading
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
 
