@@ -232,6 +232,15 @@ def test_7_fix_changes_only_the_fixed_span_in_any_encoding(tmp_path, encoding, f
     assert fixed != original
 
 
+def test_7_a_coding_cookie_counts_with_cr_line_ends_as_in_python(tmp_path):
+    original = "# -*- coding: cp1252 -*-\rimport torch.cuda\rstate = torch.load('€.pt')\r"
+    (tmp_path / "train.py").write_bytes(original.encode("cp1252"))
+    result = run("check", "--no-cache", "--fix", "--unsafe-fixes", "train.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout
+    assert (tmp_path / "train.py").read_bytes() == original.replace(
+        "'€.pt')", "'€.pt', map_location=\"cpu\")").encode("cp1252")
+
+
 # -- 12: one line and exit 2, never a traceback --------------------------------------
 
 def _one_line_exit_2(result) -> None:

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import io
 import os
 import re
 import sys
-import tokenize
 from urllib.parse import unquote, urlparse
 
 from memlint.version import __version__
@@ -36,7 +34,7 @@ from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.engine import Source, check_source
 from memlint.engine.fixes import fix_text, wanted
 from memlint.engine.paths import check_sources
-from memlint.analysis.source_lines import LINE_BREAK, split_lines
+from memlint.analysis.source_lines import LINE_BREAK, declared_encoding, split_lines
 from memlint.engine.settings import Settings
 from memlint.finding import SAFE, Finding
 
@@ -74,7 +72,7 @@ def source_bytes(text: str) -> bytes:
     encoding its coding cookie declares (`# coding: latin-1`), else UTF-8."""
     data = text.encode("utf-8", "surrogatepass")
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        encoding = declared_encoding(data)
         return data if encoding.startswith("utf-8") else text.encode(encoding)
     except (SyntaxError, LookupError, UnicodeEncodeError):  # the checker says why
         return data

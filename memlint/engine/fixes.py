@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import codecs
 import errno
-import io
 import os
 import re
 import stat
-import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from memlint.analysis.source_lines import LINE_BREAK, split_lines
+from memlint.analysis.source_lines import LINE_BREAK, declared_encoding, split_lines
 from memlint.files import read_regular
 from memlint.finding import SAFE, Finding, Fix
 
@@ -151,7 +149,7 @@ def fixed_bytes(original: bytes, text: str) -> bytes:
     an encoding that spells a character in several ways (cp932) or carries
     state (utf-7, iso-2022-jp), encoding the whole text again would change
     bytes no fix touched."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
+    encoding = declared_encoding(original)
     if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig"):  # one spelling per character
         return text.encode(encoding)
     before = original.decode(encoding)
