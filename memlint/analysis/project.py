@@ -24,7 +24,7 @@ from functools import cached_property, lru_cache
 from typing import NamedTuple, Protocol
 
 from memlint.analysis.source_lines import LINE_BREAK
-from memlint.files import open_regular, read_regular
+from memlint.analysis.files import open_regular, read_regular
 from memlint.finding import Finding, Related
 
 #: Words that show a file may put something on a CUDA device (in its lower-cased

@@ -22,7 +22,7 @@ from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.engine import RuleCrash, check_source, size_limit
 from memlint.engine.isolation import Budget, Failure, run_supervised
 from memlint.engine.paths import too_large
-from memlint.files import read_regular
+from memlint.analysis.files import read_regular
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
 from memlint.finding import Finding

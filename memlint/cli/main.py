@@ -26,7 +26,7 @@ from memlint.engine.paths import useful_jobs
 from memlint.engine.cache import ResultCache, content_digest, default_cache_dir, folder_problem
 from memlint.engine.cache import clean as clean_cache
 from memlint.engine.source import Undecodable, decode
-from memlint.files import read_regular
+from memlint.analysis.files import read_regular
 from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_text,
                                    statistics)
 from memlint.cli.reporters import text as concise_text

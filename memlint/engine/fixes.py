@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from memlint.analysis.source_lines import LINE_BREAK, declared_encoding, split_lines
-from memlint.files import read_regular
+from memlint.analysis.files import read_regular
 from memlint.finding import SAFE, Finding, Fix
 
 MAX_PASSES = 8

@@ -35,7 +35,7 @@ from memlint.analysis.project import ModuleFacts, Project
 from memlint.engine.fixes import MAX_PASSES, FixResult, apply_fixes, wanted
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import syntax_error
-from memlint.files import read_regular
+from memlint.analysis.files import read_regular
 from memlint.finding import Finding, Fix, Related
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings

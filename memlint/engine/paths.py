@@ -14,7 +14,7 @@ from memlint.engine.ignore_files import IgnoreRules
 from memlint.engine.settings import Settings
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import RuleCrash, syntax_error
-from memlint.files import NotRegular, open_regular
+from memlint.analysis.files import NotRegular, open_regular
 from memlint.finding import Finding, InternalError
 
 PYTHON_SUFFIXES = (".py", ".pyi")

@@ -21,6 +21,7 @@ from memlint.engine.syntax import syntax_error
 from memlint.finding import Finding
 from memlint.rules.catalogue import CATALOGUE
 
+
 def check_source(source: str | bytes, path: str = "<stdin>",
                  settings: Settings | None = None, noqa: bool = True) -> list[Finding]:
     """Findings for one file's text, judged on what that file shows. Raises
