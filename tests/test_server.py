@@ -257,3 +257,21 @@ def test_a_burst_of_edits_is_analysed_once_at_its_last_version(tmp_path):
         assert [d.range.start.line for d in published[-1].diagnostics] == [21 + LOAD_LINE]
 
     asyncio.run(_session(tmp_path, steps))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_fifo_in_the_project_never_blocks_the_server(tmp_path):
+    """The server reads the project's other files (does it use CUDA?): a named
+    pipe fed by a running job must not be opened."""
+    (tmp_path / "logs").mkdir()
+    os.mkfifo(tmp_path / "logs" / "progress.json")
+    text = "import torch\n\nstate = torch.load('ckpt.pt')\n"
+    path = tmp_path / "train.py"
+    path.write_text(text)
+    uri = path.as_uri()
+
+    async def steps(client, next_diagnostics):
+        _open(client, uri, text)
+        await next_diagnostics(uri)
+
+    asyncio.run(_session(tmp_path, steps))

@@ -18,7 +18,7 @@ class NotRegular(OSError):
     """The path is a FIFO, a device, a socket or a folder; `strerror` says which."""
 
 
-def open_regular(path: str | os.PathLike) -> BinaryIO:
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     """`path` opened for reading in binary, if it is a regular file."""
     descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
                          | getattr(os, "O_BINARY", 0))
@@ -29,7 +29,7 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
     return open(descriptor, "rb")
 
 
-def read_regular(path: str | os.PathLike) -> bytes:
+def read_regular(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a regular file (`NotRegular` for anything else)."""
     with open_regular(path) as handle:
         return handle.read()

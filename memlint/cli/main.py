@@ -380,12 +380,12 @@ def _silence_stdout() -> None:
 
 def _cache(folder: str | None, settings: Settings) -> ResultCache:
     """The result cache, in a folder that is memlint's to fill: never a project."""
-    folder = folder or default_cache_dir(settings)
-    problem = folder_problem(folder)
+    location = folder or default_cache_dir(settings)
+    problem = folder_problem(location)
     if problem is not None:
-        raise ConfigError(f"cache folder {display_path(str(folder))}: {problem} "
+        raise ConfigError(f"cache folder {display_path(str(location))}: {problem} "
                           f"(or --no-cache)")
-    return ResultCache(folder, settings)
+    return ResultCache(location, settings)
 
 
 def _clean(options: argparse.Namespace) -> int:
