@@ -67,7 +67,6 @@ def test_per_file_ignores_are_globs_relative_to_the_pyproject(project, capsys):
 
 def test_exclude_replaces_the_defaults_and_extend_exclude_adds(project, capsys):
     write(project / "build" / "gen.py", FLAGGED)
-    write(project / "setup.py", "")
     write(project / "pyproject.toml", "[tool.memlint]\nextend-exclude = ['src']\n")
     assert check(capsys, ".")[0] == 0  # build by default, src by extension
     write(project / "pyproject.toml", "[tool.memlint]\nexclude = ['src']\n")
