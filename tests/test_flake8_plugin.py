@@ -234,3 +234,33 @@ def test_a_stale_second_registration_does_not_print_findings_twice(tmp_path):
                                 text=True, env=environment, check=True).stdout
     assert registered.count("memlint") == 2, registered   # the stale registration is seen
     assert positions(result.stdout.splitlines()) == [(str(source), 3, 9, "MEM007")]
+
+
+def test_the_size_budget_applies_in_flake8_as_in_check(tmp_path):
+    """A file `memlint check` refuses at once must not be analysed inside flake8."""
+    (tmp_path / "pyproject.toml").write_text("[tool.memlint]\nmax-file-size = 0.01\n")
+    (tmp_path / "big.py").write_text("import torch.cuda\n" + "x = 1\n" * 3000)
+    lines = flake8("--select=MEM", "big.py", cwd=str(tmp_path))
+    assert positions(lines) == [("big.py", 1, 1, "MEM000")]
+    assert "larger than 0.01 MB (max-file-size)" in lines[0]
+
+
+def test_the_time_budget_stops_a_file_in_flake8(tmp_path, monkeypatch, capsys):
+    """(One job: flake8's parallel jobs are daemonic processes, which may not
+    start a worker; there the size budget alone applies.)"""
+    import time
+
+    import memlint.cli.flake8_plugin as plugin
+    from flake8.main.cli import main as flake8_main
+
+    def hangs(*args, **kwargs):
+        time.sleep(30)
+        return []
+
+    monkeypatch.setattr(plugin, "check_source", hangs)
+    (tmp_path / "pyproject.toml").write_text("[tool.memlint]\nfile-timeout = 0.5\n")
+    (tmp_path / "train.py").write_text("import torch.cuda\n")
+    monkeypatch.chdir(tmp_path)
+    flake8_main(["--isolated", "-j", "1", "--select=MEM", f"--format={FORMAT}", "train.py"])
+    [line] = capsys.readouterr().out.splitlines()
+    assert positions([line]) == [("train.py", 1, 1, "MEM000")] and "file-timeout" in line

@@ -9,8 +9,12 @@ Properties, for every generated file next to good files:
 - `check` never writes to the tree (names, bytes and modification times kept),
   but its result cache in `.memlint_cache/`.
 
-Bounded for CI: about 60 examples in-process and 20 through the console script,
-well under a minute on 2 cores. For a longer run by hand, scale the examples:
+And for `--fix` (file and stdin, through the console script): in UTF-8,
+latin-1, cp1252, cp932, utf-7 and iso-2022-jp, with \\n, \\r\\n or \\r line
+ends and form feeds leading lines, the only bytes that change are the fixes'.
+
+Bounded for CI: about 60 examples in-process, 20 through the console script
+and 15 of `--fix`, about two minutes on 2 cores. For a longer run by hand, scale the examples:
 
     MEMLINT_FUZZ_SCALE=50 python -m pytest tests/test_fuzz.py -q
 
@@ -186,3 +190,55 @@ def test_console_script_survives_and_never_writes(tmp_path_factory, console_alon
                  if not line.startswith((f"./{name}:", "Found "))]
     assert shown == console_alone
     assert snapshot(root) == before
+
+
+# -- --fix in every encoding and line shape (issue 29) ------------------------------------------
+
+#: text each encoding can hold, with spellings that decoding then encoding again would change
+ENCODED_TEXT = {"utf-8": "é😀", "latin-1": "café", "cp1252": "€‚ƒ", "cp932": "日本語ⅰ￢",
+                "utf-7": "日本 +!~", "iso2022_jp": "日本語"}
+LOADS_FIXED = ', map_location="cpu"'
+
+
+@st.composite
+def encoded_sources(draw) -> tuple[bytes, int]:
+    """A file with flagged loads in an encoding, line ends and form feeds drawn;
+    how many loads it flags."""
+    encoding = draw(st.sampled_from(sorted(ENCODED_TEXT)))
+    end = draw(st.sampled_from(["\n", "\r\n", "\r"]))
+    lines = ["import torch.cuda"]
+    loads = draw(st.integers(1, 3))
+    for number in range(loads):
+        lead = draw(st.sampled_from(["", "\x0c", "\x0c\x0c", "  \x0c"]))
+        note = draw(st.sampled_from(["", f"  # {ENCODED_TEXT[encoding]}"]))
+        lines += [f"# {ENCODED_TEXT[encoding]}" if draw(st.booleans()) else "\x0c",
+                  f"{lead}state{number} = torch.load('{ENCODED_TEXT[encoding]}.pt'){note}"]
+    text = f"# -*- coding: {encoding} -*-{end}" + end.join(lines) + end
+    data = text.encode(encoding)
+    for spelling, other in ((b"\xee\xef", b"\xfa\x40"), (b"+AH4-", b"~")):  # as a user wrote it
+        if encoding in ("cp932", "utf-7"):
+            data = data.replace(other, spelling) if data.replace(other, spelling).decode(
+                encoding) == data.decode(encoding) else data
+    return data, loads
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=15 * SCALE)
+@given(source=encoded_sources(), through=st.sampled_from(["file", "stdin"]))
+def test_fix_changes_only_the_fixed_spans_whatever_the_encoding_and_line_shape(
+        tmp_path_factory, source, through):
+    """Through the console script, as an editor or a user runs it. What it
+    found when written: a coding cookie in a file with \\r line ends was
+    not read (a false MEM000 'cannot decode')."""
+    data, loads = source
+    folder = tmp_path_factory.mktemp("fix")
+    path = folder / "train.py"
+    path.write_bytes(data)
+    args = [sys.executable, "-m", "memlint", "check", "--no-cache", "--fix", "--unsafe-fixes",
+            "--select", "MEM007", "-" if through == "stdin" else "train.py"]
+    result = subprocess.run(args, cwd=folder, input=data, capture_output=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    fixed = result.stdout if through == "stdin" else path.read_bytes()
+    assert fixed.count(LOADS_FIXED.encode()) == loads
+    assert fixed.replace(LOADS_FIXED.encode(), b"") == data

@@ -158,3 +158,120 @@ def test_noqa_joins_an_existing_list_and_refuses_a_continued_line():
 def test_columns_are_counted_in_utf16_units_as_lsp_asks():
     assert utf16_column("s = '😀'; torch.load(p)", 10) == 11
     assert utf16_column("abc", 2) == 2
+
+
+# -- positions on the editor's text, whatever its encoding or line ends (issue 29) ----
+
+def _offset(text: str, position: types.Position) -> int:
+    """An LSP position (lines split at \\r\\n, \\r, \\n; UTF-16 columns) as an
+    index; a column past the line's end is its end, as clients take it."""
+    import re
+    starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+    index, units = starts[position.line], 0
+    while units < position.character and index < len(text) and text[index] not in "\r\n":
+        units += 2 if ord(text[index]) > 0xFFFF else 1
+        index += 1
+    return index
+
+
+def _apply_edits(text: str, edits: list[types.TextEdit]) -> str:
+    for edit in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character),
+                       reverse=True):
+        text = text[:_offset(text, edit.range.start)] + edit.new_text + \
+            text[_offset(text, edit.range.end):]
+    return text
+
+
+FORM_FEEDS = ("import torch.cuda\n\x0c\nstate = torch.load('ckpt.pt')\n"
+              "\x0cother = torch.load('b.pt')\n")
+LATIN_1 = "# -*- coding: latin-1 -*-\nimport torch.cuda\n\nstate = torch.load('café_ünï.pt')\n"
+CP1252 = "# -*- coding: cp1252 -*-\nimport torch.cuda\n\nstate = torch.load('€‚ƒ.pt')\n"
+
+
+@pytest.mark.parametrize("text, line, flagged", [
+    (FORM_FEEDS, 3, "\x0cother = torch.load('b.pt', map_location=\"cpu\")"),
+    (LATIN_1, 3, "state = torch.load('café_ünï.pt', map_location=\"cpu\")"),
+    (CP1252, 3, "state = torch.load('€‚ƒ.pt', map_location=\"cpu\")"),
+])
+def test_quick_fixes_edit_the_editors_text_exactly(tmp_path, text, line, flagged):
+    """After a form feed, or in a latin-1 / cp1252 file with non-ASCII text,
+    the fix and the `# noqa` must change the flagged line, and only it."""
+    path = tmp_path / "train.py"
+    uri = path.as_uri()
+
+    async def steps(client, next_diagnostics):
+        _open(client, uri, text)
+        published = await next_diagnostics(uri)
+        assert [d.code for d in published.diagnostics if d.range.start.line == line] == ["MEM007"]
+        actions = await asyncio.wait_for(_actions(client, uri, line), 30)
+        fix = next(a for a in actions if "map_location" in a.title)
+        fixed = _apply_edits(text, fix.edit.changes[uri]).split("\n")
+        assert fixed[line] == flagged
+        noqa = next(a for a in actions if "noqa" in a.title)
+        suppressed = _apply_edits(text, noqa.edit.changes[uri]).split("\n")
+        assert suppressed[line] == text.split("\n")[line] + "  # noqa: MEM007"
+        assert suppressed[:line] + suppressed[line + 1:] == \
+            text.split("\n")[:line] + text.split("\n")[line + 1:]
+
+    asyncio.run(_session(tmp_path, steps))
+
+
+def test_fix_all_with_cr_only_line_ends_replaces_the_document_once(tmp_path):
+    text = SOURCE.replace("\n", "\r")
+    path = tmp_path / "train.py"
+    path.write_bytes(text.encode())
+    uri = path.as_uri()
+
+    async def steps(client, next_diagnostics):
+        _open(client, uri, text)
+        [published] = (await next_diagnostics(uri)).diagnostics
+        assert published.range.start.line == LOAD_LINE
+        actions = await asyncio.wait_for(_actions(client, uri, LOAD_LINE), 30)
+        [fix_all] = [a for a in actions if a.kind == "source.fixAll.memlint"]
+        [whole] = fix_all.edit.changes[uri]
+        assert whole.range.end == types.Position(line=text.count("\r"), character=0)
+        fixed = _apply_edits(text, [whole])
+        assert fixed.count("import torch") == 1 and "\n" not in fixed
+        assert 'torch.load(path, map_location="cpu")' in fixed
+
+    asyncio.run(_session(tmp_path, steps))
+
+
+def test_a_burst_of_edits_is_analysed_once_at_its_last_version(tmp_path):
+    """Every keystroke must not cost an analysis; the last text is the one analysed."""
+    path = tmp_path / "train.py"
+    uri = path.as_uri()
+
+    async def steps(client, next_diagnostics):
+        _open(client, uri, SOURCE)
+        await next_diagnostics(uri)
+        for version in range(2, 22):
+            client.text_document_did_change(types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[types.TextDocumentContentChangeWholeDocument(
+                    text="\n" * version + SOURCE)]))
+        published = [await next_diagnostics(uri)]
+        while published[-1].version != 21:
+            published.append(await next_diagnostics(uri))
+        assert len(published) < 20
+        assert [d.range.start.line for d in published[-1].diagnostics] == [21 + LOAD_LINE]
+
+    asyncio.run(_session(tmp_path, steps))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_fifo_in_the_project_never_blocks_the_server(tmp_path):
+    """The server reads the project's other files (does it use CUDA?): a named
+    pipe fed by a running job must not be opened."""
+    (tmp_path / "logs").mkdir()
+    os.mkfifo(tmp_path / "logs" / "progress.json")
+    text = "import torch\n\nstate = torch.load('ckpt.pt')\n"
+    path = tmp_path / "train.py"
+    path.write_text(text)
+    uri = path.as_uri()
+
+    async def steps(client, next_diagnostics):
+        _open(client, uri, text)
+        await next_diagnostics(uri)
+
+    asyncio.run(_session(tmp_path, steps))

@@ -24,6 +24,7 @@ from functools import cached_property, lru_cache
 from typing import NamedTuple, Protocol
 
 from memlint.analysis.source_lines import LINE_BREAK
+from memlint.analysis.files import open_regular, read_regular
 from memlint.finding import Finding, Related
 
 #: Words that show a file may put something on a CUDA device (in its lower-cased
@@ -224,8 +225,8 @@ def _tree_mentions_cuda(root: str) -> bool:
             if scanned > _MAX_SCANNED_FILES:
                 return True  # too big to read: assume it may, and say what the file shows
             try:
-                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
-                    if mentions_cuda(f.read(1_000_000)):
+                with open_regular(os.path.join(folder, name)) as handle:
+                    if mentions_cuda(handle.read(1_000_000).decode("utf-8", "replace")):
                         return True
             except OSError:
                 continue
@@ -737,8 +738,7 @@ def _read_tree(path: str, needle: bytes = b"") -> tuple[str, ast.Module] | None:
     cost), read again for a finding that asks; None when it cannot be read or
     parsed, or does not contain `needle`."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = read_regular(path)
         if needle not in data:
             return None
         text = importlib.util.decode_source(data)

@@ -12,15 +12,20 @@ checked is flake8's `exclude`, as for every plugin.
 from __future__ import annotations
 
 import ast
+import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from memlint.version import __version__
 from memlint.engine.config import ConfigError, find_pyproject, load_settings
-from memlint.engine import RuleCrash, check_source
+from memlint.engine import RuleCrash, check_source, size_limit
+from memlint.engine.isolation import Budget, Failure, run_supervised
+from memlint.engine.paths import too_large
+from memlint.analysis.files import read_regular
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
+from memlint.finding import Finding
 
 _Result = tuple[int, int, str, type]
 _STDIN_NAMES = ("stdin", "-")
@@ -63,15 +68,23 @@ class MemlintChecker:
         if isinstance(settings, ConfigError):
             yield (1, 0, f"{SYNTAX_ERROR_CODE} memlint configuration error: {settings}", type(self))
             return
-        try:
-            findings = check_source(self._source(), self.filename, settings,
-                                    noqa=self.honour_memlint_noqa)
-        except Exception as error:
+        source = self._source()
+        limit = settings.max_file_size_mb
+        if limit is not None and len(source) > size_limit(limit):
+            yield (1, 0, f"{SYNTAX_ERROR_CODE} cannot read the file: {too_large(limit)}",
+                   type(self))
+            return
+        findings = _within_budget(partial(_findings, path=self.filename, settings=settings,
+                                          noqa=self.honour_memlint_noqa), source, settings)
+        if isinstance(findings, Failure):
+            yield (1, 0, f"{SYNTAX_ERROR_CODE} cannot check the file: {findings.reason}",
+                   type(self))
+            return
+        if isinstance(findings, str):
             # flake8 aborts the whole run, every plugin's results with it, when a
             # plugin raises; one finding on this file keeps the editor working.
-            reason = str(error) if isinstance(error, RuleCrash) else f"{type(error).__name__}: {error}"
             yield (1, 0, f"{SYNTAX_ERROR_CODE} memlint internal error on this file, a memlint "
-                         f"bug (please report it): {reason}", type(self))
+                         f"bug (please report it): {findings}", type(self))
             return
         for finding in findings:
             # flake8 wants a 0-based column and adds 1 when it prints
@@ -88,12 +101,32 @@ class MemlintChecker:
             return text
         try:
             as_latin1 = text.encode("latin-1")
-            with open(self.filename, "rb") as handle:
-                data = handle.read()
+            data = read_regular(self.filename)
         except (UnicodeEncodeError, OSError):  # decoded past latin-1, or not on disk
             return text
         # flake8 reads with universal newlines
         return data if data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") == as_latin1 else text
+
+
+def _findings(source: str | bytes, path: str, settings: Settings,
+              noqa: bool) -> list[Finding] | str:
+    """`check_source`'s findings, or why memlint failed on the file (its own bug)."""
+    try:
+        return check_source(source, path, settings, noqa=noqa)
+    except Exception as error:
+        return str(error) if isinstance(error, RuleCrash) else f"{type(error).__name__}: {error}"
+
+
+def _within_budget(check, source: str | bytes, settings: Settings):
+    """`check(source)` within `memlint check`'s per-file time and memory
+    budgets: in a supervised worker, as `check` runs it, where this process
+    may start one (flake8 -j runs plugins in daemonic pool processes, which
+    may not), else here."""
+    budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
+    if multiprocessing.current_process().daemon or budget == Budget():
+        return check(source)
+    [outcome] = run_supervised(check, [source], 1, budget)
+    return outcome
 
 
 def _settings_for(filename: str) -> Settings | ConfigError:

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from memlint.version import __version__
+from memlint.analysis.source_lines import split_lines
 from memlint.engine.config import (BUDGETS, NOTHING_SELECTED, ConfigError, apply_overrides, budget,
                                    common_parent, describe_settings, find_pyproject,
                                    load_settings, parse_codes)
 from memlint.engine import Source, check_sources, discover_sources, size_limit
 from memlint.engine.paths import useful_jobs
-from memlint.engine.cache import ResultCache, default_cache_dir
+from memlint.engine.cache import ResultCache, content_digest, default_cache_dir, folder_problem
 from memlint.engine.cache import clean as clean_cache
-from memlint.engine.source import decode
+from memlint.engine.source import Undecodable, decode
+from memlint.analysis.files import read_regular
 from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_text,
                                    statistics)
 from memlint.cli.reporters import text as concise_text
@@ -189,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("server", help="run the Language Server editors talk to (stdio; "
                                        "needs the extra 'server')",
                         description="Run memlint's Language Server over stdin/stdout: "
-                                    "diagnostics on open and save, quick fixes, # noqa "
-                                    "actions. Needs pygls: pip install 'pygls>=2,<3'.")
+                                    "diagnostics on open and after edits and saves, quick "
+                                    "fixes, # noqa actions. Needs pygls: pip install "
+                                    "'pygls>=2,<3'.")
     commands.add_parser("verify", help="run a script on a GPU and measure each finding "
                                        "(memlint verify --help)", add_help=False)
     return parser
@@ -240,53 +245,99 @@ def _check(options: argparse.Namespace) -> int:
     if options.show_settings:
         _write(describe_settings(settings, pyproject))
         return EXIT_CLEAN
+    sources, problems = _sources(paths, options, settings)
+    if options.show_files:
+        _write("".join(f"{display_path(source.path)}\n" for source in sources))
+        return EXIT_ERROR if problems else EXIT_CLEAN
+    stdin = _stdin(options, settings) if "-" in paths else None
+    if stdin is not None and stdin.checked:
+        sources.append(stdin.source)
+    cache = None if options.no_cache else _cache(options.cache_dir, settings)
+    known = load_baseline(options.baseline) if options.baseline else None
+    output = _output_file(options.output_file) if options.output_file else None
+    try:
+        report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
+        if options.verbose:
+            _say_what_was_done(pyproject, report, options.jobs, started)
+        if options.add_noqa:
+            return _add_noqa(report, sources)
+        status = _finish(options, settings, report, sources, stdin, problems, cache, output,
+                         known)
+        if output is not None:
+            output.commit()
+        return status
+    finally:
+        if output is not None:
+            output.discard()
+
+
+def _sources(paths: list[str], options: argparse.Namespace, settings: Settings):
+    """The files to check, and how many named paths could not be (each said in one line)."""
     missing = [p for p in paths if p != "-" and not os.path.lexists(p)]
     for path in missing:
-        print(f"memlint: {display_path(path)}: no such file or directory", file=sys.stderr)
+        _say_problem(path, "no such file or directory")
     on_disk = [p for p in paths if p != "-" and p not in missing]
     if options.force_exclude:
         on_disk = [p for p in on_disk if not settings.is_excluded(p)]
-    known = load_baseline(options.baseline) if options.baseline else None
-    output = _output_file(options.output_file) if options.output_file else None
-    sources = discover_sources(on_disk, settings)
-    if options.show_files:
-        _write("".join(f"{display_path(source.path)}\n" for source in sources))
-        return EXIT_ERROR if missing else EXIT_CLEAN
+    unreadable: list[tuple[str, str]] = []
+    sources = discover_sources(on_disk, settings, unreadable)
+    for folder, reason in unreadable:
+        _say_problem(folder, f"cannot read the folder: {reason}")
     if not sources and on_disk and "-" not in paths:
         print("memlint: warning: no Python files found under the given paths", file=sys.stderr)
-    stdin = _stdin_source(options, settings) if "-" in paths else None
-    if stdin is not None:
-        sources.append(stdin)
-    cache = None if options.no_cache else ResultCache(
-        options.cache_dir or default_cache_dir(settings), settings)
-    report = check_sources(sources, settings, jobs=options.jobs or None, cache=cache)
-    if options.verbose:
-        _say_what_was_done(pyproject, report, options.jobs, started)
+    return sources, len(missing) + len(unreadable)
 
-    if options.add_noqa:
-        return _add_noqa(report, sources)
+
+def _say_problem(path: str, reason: str) -> None:
+    print(f"memlint: {display_path(path)}: {reason}", file=sys.stderr)
+
+
+def _finish(options, settings: Settings, report, sources: list[Source], stdin,
+            problems: int, cache, output, known) -> int:
+    """Fix or diff, then report; the exit status."""
+    unsafe = options.unsafe_fixes
 
     def check_again(fixed_sources: list[Source]):
         return check_sources(fixed_sources, settings, jobs=options.jobs or None, cache=cache)
     if options.diff:
-        if output is not None:
-            output.close()
-        fixed, after, _ = _fix_until_settled(report, sources, settings, options.unsafe_fixes,
-                                             check_again, write=False)
-        return _diff(sources, after, fixed)
-    fixed = 0
+        fixed, after, _, unfixable = _fix_until_settled(report, sources, settings, unsafe,
+                                                        check_again, write=False)
+        _diff(sources, after, fixed, output.write if output is not None else _write)
+        return EXIT_ERROR if problems or unfixable else EXIT_FINDINGS if fixed else EXIT_CLEAN
+    fixed = unfixable = 0
     if options.fix:
-        fixed, sources, report = _fix_until_settled(report, sources, settings,
-                                                    options.unsafe_fixes, check_again)
+        fixed, sources, report, unfixable = _fix_until_settled(report, sources, settings,
+                                                               unsafe, check_again)
     if known is not None:
         report = without_known(report, known)
     for error in report.errors:
         print(f"memlint: internal error while checking {display_path(error.path)}: "
               f"{error.message} (a memlint bug; the other files were checked)", file=sys.stderr)
-    to_stderr = options.fix and stdin is not None  # stdout holds the fixed source
-    if to_stderr:
-        _write_bytes(sources[-1].data or b"")
-    say = output.write if output is not None else sys.stderr.write if to_stderr else _write
+    if report.errors or problems or unfixable:
+        status = EXIT_ERROR
+    elif not options.exit_zero and any(settings.fails(f.severity) for f in report.findings):
+        status = EXIT_FINDINGS
+    else:
+        status = EXIT_CLEAN
+    fixed_input = _fixed_input(stdin, sources) if options.fix and stdin is not None else None
+    try:
+        _report(options, report, sources, fixed_input, fixed, output)
+    except BrokenPipeError:  # `memlint check . | head`: the findings still fail the run
+        _silence_stdout()
+    except OSError as error:  # a full disk
+        _silence_stdout()
+        raise ConfigError(f"cannot write the report: {error.strerror or error}") from None
+    return status
+
+
+def _report(options, report, sources: list[Source], fixed_input: bytes | None, fixed: int,
+            output) -> None:
+    """The findings, the summary and the statistics, where they belong; with
+    `--fix -`, stdout is `fixed_input` and nothing else."""
+    to_stderr = fixed_input is not None
+    if fixed_input is not None:
+        _write_bytes(fixed_input)
+    say = output.write if output is not None else _say_stderr if to_stderr else _write
     terminal = output is None and not to_stderr and sys.stdout.isatty()
     show_source = terminal if options.show_source is None else options.show_source
     if options.format == "text" and show_source:
@@ -297,24 +348,53 @@ def _check(options: argparse.Namespace) -> int:
         say(FORMATS[options.format](report, __version__))
     if options.format == "text" and not options.quiet and sources:
         say(closing_line(report, fixed, options.unsafe_fixes))
-    if output is not None:
-        output.close()
     if options.statistics and report.findings:
         counts = statistics(report)
-        if options.format in _MACHINE_FORMATS:  # keep stdout one parseable document
-            sys.stderr.write(counts)
+        if options.format in _MACHINE_FORMATS or to_stderr:  # stdout: one document
+            _say_stderr(counts)
         else:
             _write(counts)
-    if report.errors or missing:
-        return EXIT_ERROR
-    if not options.exit_zero and any(settings.fails(f.severity) for f in report.findings):
-        return EXIT_FINDINGS
-    return EXIT_CLEAN
+
+
+def _fixed_input(stdin: _Stdin, sources: list[Source]) -> bytes:
+    """What `--fix -` prints: the whole input, fixed, or as it came when
+    nothing was fixed (stdin not checked, over the size limit, clean)."""
+    checked = sources[-1] if stdin.checked else stdin.source
+    return stdin.whole if checked is stdin.source else checked.data or b""
+
+
+def _say_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe: nothing more reaches stdout, and Python's last
+    flush at exit must not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _cache(folder: str | None, settings: Settings) -> ResultCache:
+    """The result cache, in a folder that is memlint's to fill: never a project."""
+    location = folder or default_cache_dir(settings)
+    problem = folder_problem(location)
+    if problem is not None:
+        raise ConfigError(f"cache folder {display_path(str(location))}: {problem} "
+                          f"(or --no-cache)")
+    return ResultCache(location, settings)
 
 
 def _clean(options: argparse.Namespace) -> int:
     folder = options.cache_dir or default_cache_dir(load_settings(find_pyproject(os.getcwd())))
-    if clean_cache(folder):
+    try:
+        removed = clean_cache(folder)
+    except ValueError as problem:
+        raise ConfigError(f"{display_path(str(folder))}: not removed: {problem}") from None
+    if removed:
         _write(f"Removed {display_path(str(folder))}\n")
     else:
         _write(f"No memlint cache at {display_path(str(folder))}\n")
@@ -339,7 +419,7 @@ def _lines_by_source(sources: list[Source]):
     def lines_of(finding) -> list[str] | None:
         if finding.path not in cache:
             try:
-                raw = data.get(finding.path) or _read(finding.path)
+                raw = data.get(finding.path) or read_regular(finding.path)
                 cache[finding.path] = _text_lines(finding.path, decode(raw))
             except (OSError, ValueError):
                 cache[finding.path] = None
@@ -353,19 +433,71 @@ def _lines_by_source(sources: list[Source]):
 def _text_lines(path: str, text: str):
     """The file's lines; for a notebook, each cell's lines (indexed by cell)."""
     if not path.endswith(".ipynb"):
-        return text.splitlines(keepends=True)
+        return split_lines(text)
     import json
 
     from memlint.engine.notebook import cell_text
     return [cell_text(cell).splitlines(keepends=True) for cell in json.loads(text)["cells"]]
 
 
-def _output_file(path: str):
-    """`-o PATH`: the report goes there (UTF-8), written whole at the end."""
+def _output_file(path: str) -> _ReportFile:
+    """`-o PATH`: the report goes there (UTF-8), whole, at the end."""
     try:
-        return open(path, "w", encoding="utf-8", newline="\n")
+        return _ReportFile(path)
     except OSError as error:
         raise ConfigError(f"-o {path}: cannot write it: {error.strerror or error}") from None
+
+
+class _ReportFile:
+    """A report written beside its file and renamed over it by `commit`, so
+    that a run that fails or is interrupted leaves the previous report whole.
+    What is not a regular file (`/dev/stdout`, a pipe) is written directly."""
+
+    def __init__(self, path: str) -> None:
+        self.target = os.path.realpath(path)  # a link keeps pointing at the report
+        self.temporary = None
+        if os.path.exists(self.target) and not os.path.isfile(self.target):
+            self.stream = open(self.target, "w", encoding="utf-8", newline="\n")
+            return
+        import tempfile  # start-up: only -o needs it
+        handle, self.temporary = tempfile.mkstemp(prefix=".memlint-report-", suffix=".tmp",
+                                                  dir=os.path.dirname(self.target))
+        self.stream = open(handle, "w", encoding="utf-8", newline="\n")
+
+    def write(self, text: str) -> None:
+        self.stream.write(text)
+
+    def commit(self) -> None:
+        try:
+            self.stream.close()
+            if self.temporary is not None:
+                os.chmod(self.temporary, _mode_for(self.target))
+                os.replace(self.temporary, self.target)
+                self.temporary = None
+        except OSError as error:
+            raise ConfigError(f"-o {display_path(self.target)}: cannot write the report: "
+                              f"{error.strerror or error}") from None
+
+    def discard(self) -> None:
+        """Nothing happens to the report's file unless `commit` ran."""
+        if not self.stream.closed:
+            try:
+                self.stream.close()
+            except OSError:
+                pass
+        if self.temporary is not None:
+            os.unlink(self.temporary)
+            self.temporary = None
+
+
+def _mode_for(path: str) -> int:
+    """An existing file's mode, else what `open` would give a new one."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _fixable(report, unsafe: bool):
@@ -378,14 +510,26 @@ def _fixable(report, unsafe: bool):
     return by_path
 
 
-def _fixed_text(source: Source, findings, settings: Settings, unsafe: bool):
-    """The source's original bytes, and its text with the fixes applied."""
+class _NotFixed(Exception):
+    """Why a file keeps its text, in one line; `error` when memlint could not
+    even read it (exit 2), not only chose to leave it (its findings stand)."""
+
+    def __init__(self, reason: str, error: bool = False) -> None:
+        super().__init__(reason)
+        self.error = error
+
+
+def _fixed_text(source: Source, report, findings, settings: Settings, unsafe: bool):
+    """The bytes that were checked, their text, and the text with the fixes applied."""
     from memlint.engine.fixes import fix_text
     from memlint.engine.notebook import check_notebook_source, fix_notebook
     from memlint.engine.source import check_source
 
-    original = source.data if source.data is not None else _read(source.path)
-    text = decode(original)
+    original = _checked_bytes(source, report)
+    try:
+        text = decode(original)
+    except Undecodable as error:
+        raise _NotFixed(f"cannot decode it{error.reason}", error=True) from None
     if source.path.endswith(".ipynb"):
         result = fix_notebook(text, findings, unsafe,
                               lambda fixed: check_notebook_source(fixed, source.path, settings))
@@ -395,9 +539,19 @@ def _fixed_text(source: Source, findings, settings: Settings, unsafe: bool):
     return original, text, result
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
+def _checked_bytes(source: Source, report) -> bytes:
+    """The bytes the findings were computed on: stdin's (or a fixed text not
+    written), or the file's as long as it has not changed since (fixes placed
+    on other bytes would undo an edit saved meanwhile)."""
+    if source.data is not None:
+        return source.data
+    try:
+        data = read_regular(source.path)
+    except OSError as error:
+        raise _NotFixed(f"cannot read it: {error.strerror or error}", error=True) from None
+    if content_digest(data) != report.digests.get(source.path):
+        raise _NotFixed("it changed on disk after it was checked")
+    return data
 
 
 #: `--fix` rounds (fix, check again) before giving up on reaching a fixed point
@@ -410,45 +564,65 @@ def _fix_until_settled(report, sources: list[Source], settings: Settings, unsafe
     tensor on the GPU for MEM010 to flag), until no fix is left to apply, as
     ruff does; each later round only touches the files the last one changed.
     Without `write` the fixed text stays in the sources (`--diff`). Returns
-    the findings fixed, the sources, and the report of what is left."""
-    fixed, changed = 0, None
+    the findings fixed, the sources, the report of what is left, and how many
+    files could not even be read."""
+    fixed, unreadable, changed = 0, 0, None
     for _ in range(MAX_FIX_ROUNDS):
-        count, sources, changed = _fix(report, sources, settings, unsafe, changed, write)
+        count, sources, changed, failed = _fix(report, sources, settings, unsafe, changed, write)
+        unreadable += failed
         if not count:
-            return fixed, sources, report
+            return fixed, sources, report, unreadable
         fixed += count
         report = check(sources)
     if any(path in (changed or ()) for path in _fixable(report, unsafe)):
         print(f"memlint: fixes did not settle after {MAX_FIX_ROUNDS} rounds (each exposed "
               f"another); review the changes and run --fix again", file=sys.stderr)
-    return fixed, sources, report
+    return fixed, sources, report, unreadable
 
 
 def _fix(report, sources: list[Source], settings: Settings, unsafe: bool,
          only: set[str] | None, write: bool):
     """Apply the fixes, file by file (only to the paths in `only`, if given); a
-    file that cannot be written keeps its findings and says why. stdin's
+    file that cannot be fixed keeps its text and says why in one line. stdin's
     source, and every source without `write`, gets its fixed bytes instead.
-    Returns how many findings were fixed, the sources, and the paths changed."""
-    from memlint.engine.fixes import encode_like
-
+    Returns how many findings were fixed, the sources, the paths changed, and
+    how many files could not even be read."""
     by_path = _fixable(report, unsafe)
-    fixed, updated, changed = 0, [], set()
+    fixed, unreadable, updated, changed = 0, 0, [], set()
     for source in sources:
         findings = by_path.get(source.path) if only is None or source.path in only else None
         if findings:
-            original, _, result = _fixed_text(source, findings, settings, unsafe)
-            if result.refused:
-                print(f"memlint: {display_path(source.path)}: not fixed: {result.refused}",
-                      file=sys.stderr)
-            if result.changed and (source.data is not None or not write):
-                source = replace(source, data=encode_like(original, result.text))
-                changed.add(source.path)
-            elif result.changed and _written(source.path, original, result.text):
-                changed.add(source.path)
-            fixed += len(result.fixed) if source.path in changed else 0
+            try:
+                source, count = _fix_one(source, report, findings, settings, unsafe, write)
+            except _NotFixed as reason:
+                _say_problem(source.path, f"not fixed: {reason}")
+                unreadable += reason.error
+            else:
+                if count:
+                    changed.add(source.path)
+                    fixed += count
         updated.append(source)
-    return fixed, updated, changed
+    return fixed, updated, changed, unreadable
+
+
+def _fix_one(source: Source, report, findings, settings: Settings, unsafe: bool, write: bool):
+    """One file fixed: (the source to check again, how many findings were fixed)."""
+    from memlint.engine.fixes import FileChanged, fixed_bytes, write_fixed
+
+    original, _, result = _fixed_text(source, report, findings, settings, unsafe)
+    if result.refused:
+        _say_problem(source.path, f"not fixed: {result.refused}")
+    if not result.changed:
+        return source, 0
+    if source.data is not None or not write:
+        return replace(source, data=fixed_bytes(original, result.text)), len(result.fixed)
+    try:
+        write_fixed(source.path, original, result.text)
+    except FileChanged:
+        raise _NotFixed("it changed on disk after it was checked") from None
+    except OSError as error:
+        raise _NotFixed(error.strerror or str(error)) from None
+    return source, len(result.fixed)
 
 
 def _add_noqa(report, sources: list[Source]) -> int:
@@ -467,7 +641,7 @@ def _add_noqa(report, sources: list[Source]) -> int:
             print(f"memlint: {display_path(source.path)}: not changed: --add-noqa does not "
                   f"edit {what}", file=sys.stderr)
             continue
-        original = _read(source.path)
+        original = read_regular(source.path)
         text, lines = add_noqa(decode(original), findings)
         if lines and _written(source.path, original, text):
             added += lines
@@ -492,18 +666,17 @@ def _written(path: str, original: bytes, text: str) -> bool:
     return True
 
 
-def _diff(before: list[Source], after: list[Source], fixed: int) -> int:
+def _diff(before: list[Source], after: list[Source], fixed: int, say) -> None:
     """`--diff`: what `--fix` would change, as a unified diff; nothing written."""
     for old, new in zip(before, after):
         if new.data is None or new.data is old.data:  # not fixed
             continue
         name = display_path(old.path)
-        old_text = decode(old.data if old.data is not None else _read(old.path))
+        old_text = decode(old.data if old.data is not None else read_regular(old.path))
         for label, was, becomes in _changed_parts(name, old_text, decode(new.data)):
-            _write(_unified_diff(label, was, becomes))
+            say(_unified_diff(label, was, becomes))
     count = f"{fixed} finding{'s' * (fixed != 1)}"
     print(f"Would fix {count}." if fixed else "No fixes available.", file=sys.stderr)
-    return EXIT_FINDINGS if fixed else EXIT_CLEAN
 
 
 def _unified_diff(label: str, before: str, after: str) -> str:
@@ -592,20 +765,31 @@ def _settings(options: argparse.Namespace, pyproject) -> Settings:
     return settings
 
 
-def _stdin_source(options: argparse.Namespace, settings: Settings) -> Source | None:
-    """What `-` names, read up to one byte past the size limit; None if excluded."""
+class _Stdin(NamedTuple):
+    """What `-` gave: the source to check (up to one byte past the size limit),
+    the whole input (what `--fix -` prints when it fixes nothing), and whether
+    it is checked at all (not when `--force-exclude` excludes its name)."""
+
+    source: Source
+    whole: bytes
+    checked: bool
+
+
+def _stdin(options: argparse.Namespace, settings: Settings) -> _Stdin:
     name = options.stdin_filename or "-"
-    if options.force_exclude and options.stdin_filename and settings.is_excluded(name):
-        return None
+    checked = not (options.force_exclude and options.stdin_filename
+                   and settings.is_excluded(name))
     limit = settings.max_file_size_mb
     try:
         stream = sys.stdin.buffer
         data = stream.read() if limit is None else stream.read(size_limit(limit) + 1)
+        over = limit is not None and len(data) > size_limit(limit)
+        rest = stream.read() if options.fix and over else b""  # printed back, not checked
     except (AttributeError, OSError, ValueError) as error:  # no stdin at all: `<&-`
         reason = "it is closed" if sys.stdin is None else (
             getattr(error, "strerror", None) or str(error))
         raise ConfigError(f"cannot read stdin ('-'): {reason}") from None
-    return Source(name, data)
+    return _Stdin(Source(name, data), data + rest, checked)
 
 
 def _write(text: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import PurePath
@@ -24,11 +25,16 @@ SARIF_SCHEMA = ("https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/sche
 
 
 def display_path(path: str) -> str:
-    """The path as valid UTF-8 text: bytes of a file name that are not UTF-8 (which
-    Python keeps as surrogate escapes) are shown as `\\xff`, as `ls -b` would."""
-    if path.isascii():
-        return path
-    return _path_bytes(path).decode("utf-8", "backslashreplace")
+    """The path as valid UTF-8 text on one line: bytes of a file name that are not
+    UTF-8 (which Python keeps as surrogate escapes) are shown as `\\xff`, and
+    control characters (a newline, a terminal's escape) as `\\n` and `\\x1b`,
+    as `ls -b` would."""
+    if not path.isascii():
+        path = _path_bytes(path).decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode(), path)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _path_bytes(path: str) -> bytes:

@@ -2,18 +2,28 @@
 as you work (VS Code, Neovim, Helix, Emacs, any LSP client).
 
 Speaks LSP over stdin/stdout through pygls (the optional extra `server`).
-Diagnostics are published when a Python file is opened or saved, from the
-editor's text (saved or not), checked as `memlint check FILE` checks it: the
+Diagnostics are published when a Python file is opened, and after a pause
+in its edits and saves (`DEBOUNCE_S`: a burst of keystrokes or queued saves
+is one analysis, of its last version), from the editor's text (saved or
+not), checked as `memlint check FILE` checks it: the
 nearest pyproject.toml's `[tool.memlint]`, the file's project around it, a
 supervised worker process so that a file that crashes libcst costs one MEM000
 diagnostic, never the server. Code actions: each finding's fix (safe ones
 preferred, unsafe ones marked), `# noqa: CODE` on its line, and
-`source.fixAll.memlint` for every safe fix at once.
+`source.fixAll.memlint` for every safe fix at once; they come from the last
+analysis, never a new one, and only while the text is still the one it
+analysed (positions on another text would corrupt it).
+
+Positions are counted on the editor's text as LSP counts them: lines split
+at `\r\n`, `\r` and `\n` only (not at form feeds), columns in UTF-16 units,
+the text handed to the checker in the encoding its coding cookie declares,
+so that what is checked is exactly what the editor shows.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
 import re
 import sys
@@ -24,6 +34,7 @@ from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.engine import Source, check_source
 from memlint.engine.fixes import fix_text, wanted
 from memlint.engine.paths import check_sources
+from memlint.analysis.source_lines import LINE_BREAK, declared_encoding, split_lines
 from memlint.engine.settings import Settings
 from memlint.finding import SAFE, Finding
 
@@ -37,6 +48,8 @@ except ImportError:  # pragma: no cover - reported by main()
 FIX_ALL = "source.fixAll.memlint"
 _SEVERITY = {"error": 1, "warning": 2, "note": 3}  # LSP DiagnosticSeverity
 _NOQA_CODES = re.compile(r"#\s*noqa:\s*[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*", re.IGNORECASE)
+#: how long edits and saves must pause before the document is analysed again
+DEBOUNCE_S = 0.3
 
 
 def settings_for(path: str) -> tuple[Settings, str | None]:
@@ -50,8 +63,24 @@ def settings_for(path: str) -> tuple[Settings, str | None]:
 
 def findings_for(path: str, text: str, settings: Settings) -> list[Finding]:
     """The findings `memlint check` gives the file with `text` in it."""
-    report = check_sources([Source(path, text.encode("utf-8"))], settings, jobs=1)
+    report = check_sources([Source(path, source_bytes(text))], settings, jobs=1)
     return [f for f in report.findings if f.path == path]
+
+
+def source_bytes(text: str) -> bytes:
+    """The editor's text as bytes that read back as that very text: in the
+    encoding its coding cookie declares (`# coding: latin-1`), else UTF-8."""
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        encoding = declared_encoding(data)
+        return data if encoding.startswith("utf-8") else text.encode(encoding)
+    except (SyntaxError, LookupError, UnicodeEncodeError):  # the checker says why
+        return data
+
+
+def plain_lines(text: str) -> list[str]:
+    """The lines as LSP counts them, without their ends."""
+    return LINE_BREAK.split(text)
 
 
 def utf16_column(line: str, column: int) -> int:
@@ -95,12 +124,13 @@ def noqa_line(line: str, code: str) -> str | None:
     return body.rstrip() + f"  # noqa: {code}" + ending
 
 
-def code_actions(uri: str, text: str, findings: list[Finding], settings: Settings,
+def code_actions(uri: str, text: str, findings: list[Finding], fixed: str | None,
                  start_line: int, end_line: int) -> list:
     """The quick fixes for the findings on lines `start_line`..`end_line`
-    (0-based, as the client asks), then the fix-all action if any safe fix exists."""
-    lines = text.splitlines(keepends=True)
-    plain = [line.rstrip("\r\n") for line in lines]
+    (0-based, as the client asks), then the fix-all action to `fixed`, the
+    text with every safe fix, if there is one."""
+    lines = split_lines(text)
+    plain = plain_lines(text)
     actions = []
     for finding in findings:
         if not (start_line <= finding.line - 1 <= end_line or
@@ -128,7 +158,6 @@ def code_actions(uri: str, text: str, findings: list[Finding], settings: Setting
                     range=lsp_range(plain, finding.line, 1, finding.line,
                                     len(plain[row]) + 1),
                     new_text=suppressed.rstrip("\r\n"))]})))
-    fixed = fixed_text(uri_to_path(uri), text, findings, settings)
     if fixed is not None:
         actions.append(types.CodeAction(
             title="memlint: apply every safe fix", kind=FIX_ALL,
@@ -161,7 +190,7 @@ def fixed_text(path: str, text: str, findings: list[Finding], settings: Settings
 
 
 def whole_document_edit(before: str, after: str):
-    lines = before.split("\n")
+    lines = plain_lines(before)
     end = types.Position(line=len(lines) - 1, character=utf16_column(lines[-1], len(lines[-1])))
     return types.TextEdit(range=types.Range(start=types.Position(line=0, character=0), end=end),
                           new_text=after)
@@ -178,12 +207,14 @@ def path_to_uri(path: str) -> str:
 
 
 class MemlintServer(LanguageServer):
-    """Keeps each open document's last findings and the text they were found
-    in, for its code actions."""
+    """Keeps each open document's last analysis (the text, its findings, and
+    the text with every safe fix once asked), for its code actions."""
 
     def __init__(self) -> None:
         super().__init__("memlint", __version__)
         self.findings: dict[str, tuple[str, list[Finding]]] = {}
+        self.fixed_all: dict[str, str | None] = {}  #: every safe fix of the last text
+        self.pending: dict[str, object] = {}  #: the latest analysis waiting for a pause
         self.told: set[str] = set()  # configuration errors already shown
 
 
@@ -203,7 +234,8 @@ def build_server() -> MemlintServer:
         text = document.source
         findings = findings_for(path, text, settings)
         ls.findings[uri] = (text, findings)
-        lines = text.splitlines()
+        ls.fixed_all.pop(uri, None)
+        lines = plain_lines(text)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
             uri=uri, version=document.version,
             diagnostics=[diagnostic(f, lines) for f in findings]))
@@ -212,13 +244,28 @@ def build_server() -> MemlintServer:
     def did_open(ls: MemlintServer, params: types.DidOpenTextDocumentParams) -> None:
         publish(ls, params.text_document.uri)
 
+    async def publish_after_a_pause(ls: MemlintServer, uri: str) -> None:
+        """Analyse once the edits or saves stop: a later one replaces this one."""
+        version = ls.workspace.get_text_document(uri).version
+        pending = ls.pending[uri] = object()
+        await asyncio.sleep(DEBOUNCE_S)
+        if ls.pending.get(uri) is pending and uri in ls.findings \
+                and ls.workspace.get_text_document(uri).version == version:
+            del ls.pending[uri]
+            publish(ls, uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    async def did_change(ls: MemlintServer, params: types.DidChangeTextDocumentParams) -> None:
+        await publish_after_a_pause(ls, params.text_document.uri)
+
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: MemlintServer, params: types.DidSaveTextDocumentParams) -> None:
-        publish(ls, params.text_document.uri)
+    async def did_save(ls: MemlintServer, params: types.DidSaveTextDocumentParams) -> None:
+        await publish_after_a_pause(ls, params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MemlintServer, params: types.DidCloseTextDocumentParams) -> None:
         ls.findings.pop(params.text_document.uri, None)
+        ls.fixed_all.pop(params.text_document.uri, None)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
             uri=params.text_document.uri, diagnostics=[]))
 
@@ -226,16 +273,15 @@ def build_server() -> MemlintServer:
         code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL]))
     def code_action(ls: MemlintServer, params: types.CodeActionParams) -> list:
         uri = params.text_document.uri
-        if uri not in ls.findings:
-            return []
-        checked, findings = ls.findings[uri]
         text = ls.workspace.get_text_document(uri).source
-        settings, _ = settings_for(uri_to_path(uri))
-        if text != checked:  # edited since the last save: positions have moved
-            findings = findings_for(uri_to_path(uri), text, settings)
-            ls.findings[uri] = (text, findings)
-        actions = code_actions(uri, text, findings, settings, params.range.start.line,
-                               params.range.end.line)
+        checked, findings = ls.findings.get(uri, (None, []))
+        if text != checked:  # edited since: the next analysis brings its actions
+            return []
+        if uri not in ls.fixed_all:
+            settings, _ = settings_for(uri_to_path(uri))
+            ls.fixed_all[uri] = fixed_text(uri_to_path(uri), text, findings, settings)
+        actions = code_actions(uri, text, findings, ls.fixed_all[uri],
+                               params.range.start.line, params.range.end.line)
         only = params.context.only
         return [a for a in actions if not only or any(a.kind.startswith(k) for k in only)]
 
@@ -247,5 +293,9 @@ def main() -> int:
         print("memlint server: needs pygls (pip install 'pygls>=2,<3' where memlint is installed)",
               file=sys.stderr)
         return 2
-    build_server().start_io()
+    messages = sys.stdin.buffer
+    # a forked worker closes sys.stdin first thing; it must not wait on the
+    # lock of the buffer the server's reader thread is blocked reading
+    sys.stdin = None
+    build_server().start_io(stdin=messages, stdout=sys.stdout.buffer)
     return 0

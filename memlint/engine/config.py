@@ -7,6 +7,7 @@ than one that refuses to start.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import typing
@@ -86,6 +87,8 @@ def _read_table(pyproject: Path) -> dict:
                           f"{error.start})") from None
     except OSError as error:
         raise ConfigError(f"{pyproject}: cannot read it: {error.strerror or error}") from None
+    except RecursionError:
+        raise ConfigError(f"{pyproject}: invalid TOML: nested too deeply") from None
     tool = document.get("tool", {})
     return tool if isinstance(tool, dict) else {}
 
@@ -194,8 +197,9 @@ NOTHING_SELECTED = ("no rule codes given, so no rule would run; expected codes o
 
 
 def budget(value: object, what: str, unit: str) -> float | None:
-    """A per-file limit: a number >= 0, where 0 means no limit."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+    """A per-file limit: a finite number >= 0, where 0 means no limit."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value < math.inf:
         raise ConfigError(f"{what}: expected a number of {unit} (0: no limit), "
                           f"got {_shown(value)}")
     return float(value) or None

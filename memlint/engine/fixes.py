@@ -4,22 +4,25 @@ without ever leaving a broken or half-written file.
 A fix's edits are applied together or not at all; a fix that overlaps one
 already taken waits for the next pass, which re-checks the fixed text (at
 most `MAX_PASSES`). The result must still parse, or the file keeps its last
-good text. Writing keeps the file's encoding, byte order mark, line endings
-and mode, goes through a temporary file in the same folder and
-`os.replace`, and refuses a file that changed on disk since it was read.
+good text. Writing changes only the bytes of what was fixed (the file's
+encoding, byte order mark and line endings kept), keeps the file itself (its
+links, mode and owner), goes through a temporary file in the same folder
+and `os.replace` where it can, and refuses a file that changed on disk since
+it was read.
 """
 
 from __future__ import annotations
 
+import codecs
 import errno
-import io
 import os
+import re
 import stat
-import tokenize
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from memlint.analysis.source_lines import LINE_BREAK
+from memlint.analysis.source_lines import LINE_BREAK, declared_encoding, split_lines
+from memlint.analysis.files import read_regular
 from memlint.finding import SAFE, Finding, Fix
 
 MAX_PASSES = 8
@@ -140,34 +143,130 @@ def parses(text: str) -> bool:
     return True
 
 
-def encode_like(original: bytes, text: str) -> bytes:
-    """`text` in the encoding `original` was in: its coding cookie or UTF-8,
-    its byte order mark kept."""
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(original).readline)
+def fixed_bytes(original: bytes, text: str) -> bytes:
+    """`text` in the encoding `original` was in (its coding cookie or UTF-8,
+    its byte order mark kept), every byte outside what changed as it was: in
+    an encoding that spells a character in several ways (cp932) or carries
+    state (utf-7, iso-2022-jp), encoding the whole text again would change
+    bytes no fix touched."""
+    encoding = declared_encoding(original)
+    if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig"):  # one spelling per character
+        return text.encode(encoding)
+    before = original.decode(encoding)
+    for trimmed in (True, False):
+        spliced = _splice(original, before, text, encoding, trimmed)
+        if spliced is not None:
+            return spliced
     return text.encode(encoding)
 
 
+def _splice(original: bytes, before: str, after: str, encoding: str,
+            trimmed: bool) -> bytes | None:
+    """`original` with only the lines that differ between `before` and `after`
+    encoded anew (`trimmed`: only the characters that differ in them); None
+    when that would not read back as `after`."""
+    import difflib  # only --fix of a file in such an encoding gets here
+
+    old_bytes = _LINE_BYTES.findall(original)
+    old_lines, new_lines = split_lines(before), split_lines(after)
+    if len(old_bytes) != len(old_lines):
+        return None
+    pieces = []
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, start, end, new_start, new_end in matcher.get_opcodes():
+        if tag == "equal":
+            pieces.extend(old_bytes[start:end])
+            continue
+        old = b"".join(old_bytes[start:end])
+        new = "".join(new_lines[new_start:new_end])
+        pieces.append(_respelled(old, "".join(old_lines[start:end]), new, encoding) if trimmed
+                      else new.encode(encoding))
+    result = b"".join(pieces)
+    try:
+        return result if result.decode(encoding) == after else None
+    except UnicodeDecodeError:
+        return None
+
+
+#: a line with its end, as Python splits lines (in the ASCII-compatible encodings
+#: a coding cookie can name, CR and LF are never part of another character)
+_LINE_BYTES = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def _respelled(old_bytes: bytes, old: str, new: str, encoding: str) -> bytes:
+    """`old_bytes` (which read as `old`) with only the characters that differ
+    from `new` encoded anew."""
+    prefix = len(os.path.commonprefix([old, new]))
+    suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
+    start = _byte_offset(old_bytes, prefix, encoding)
+    end = _byte_offset(old_bytes, len(old) - suffix, encoding)
+    return old_bytes[:start] + new[prefix:len(new) - suffix].encode(encoding) + old_bytes[end:]
+
+
+def _byte_offset(data: bytes, characters: int, encoding: str) -> int:
+    """Where the first `characters` characters of `data` end."""
+    if characters == 0:
+        return 0
+    decoder = codecs.getincrementaldecoder(encoding)()
+    produced = 0
+    for index in range(len(data)):
+        produced += len(decoder.decode(data[index:index + 1]))
+        if produced >= characters:
+            return index + 1
+    return len(data)
+
+
 def write_fixed(path: str, original: bytes, text: str) -> None:
-    """Write `text` over `path` in the encoding the file had (its byte order
-    mark included), atomically, keeping its mode; `FileChanged` if the file
-    is no longer `original`."""
-    data = encode_like(original, text)
-    if not os.stat(path).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+    """Write `text` over the file `path` names in the encoding it had,
+    changing no byte the fixes did not (`fixed_bytes`); `FileChanged` if the
+    file is no longer `original`. The file stays what it was: a symbolic link
+    is written through to its target; the new text replaces the file
+    atomically, with its mode, owner and group, unless it has other hard links
+    or its owner cannot be kept, when it is rewritten in place."""
+    data = fixed_bytes(original, text)
+    target = os.path.realpath(path)
+    status = os.stat(target)
+    if not status.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
         # (checked on the mode, not with os.access, which lets root write anything)
         raise PermissionError(errno.EACCES, "the file is read-only")
-    with open(path, "rb") as handle:
-        if handle.read() != original:
-            raise FileChanged(path)
-    mode = stat.S_IMODE(os.stat(path).st_mode)
-    folder = os.path.dirname(os.path.abspath(path))
+    if read_regular(target) != original:
+        raise FileChanged(path)
+    if status.st_nlink > 1 or not _replaced(target, data, status):
+        _rewrite_in_place(target, original, data)
+
+
+def _replaced(target: str, data: bytes, status: os.stat_result) -> bool:
+    """Replace `target` by a new file of `data` with its mode, owner and
+    group; False (nothing done) when the owner cannot be kept."""
     import tempfile  # start-up: only --fix writes files
-    handle, temporary = tempfile.mkstemp(prefix=".memlint-", suffix=".tmp", dir=folder)
+    handle, temporary = tempfile.mkstemp(prefix=".memlint-", suffix=".tmp",
+                                         dir=os.path.dirname(target))
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
+            os.fchmod(out.fileno(), stat.S_IMODE(status.st_mode))
+            made = os.fstat(out.fileno())
+            if (made.st_uid, made.st_gid) != (status.st_uid, status.st_gid):
+                try:
+                    os.fchown(out.fileno(), status.st_uid, status.st_gid)
+                except PermissionError:
+                    os.unlink(temporary)
+                    return False
+        os.replace(temporary, target)
     except BaseException:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+    return True
+
+
+def _rewrite_in_place(target: str, original: bytes, data: bytes) -> None:
+    """The same inode, so every hard link and the owner see the fix."""
+    with open(target, "r+b") as handle:  # (a regular file: `write_fixed` read it)
+        if handle.read() != original:
+            raise FileChanged(target)
+        handle.seek(0)
+        handle.write(data)
+        handle.truncate()
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -15,10 +15,13 @@ worker that died goes back to the queue.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import pickle
 import signal
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,6 +34,12 @@ Result = TypeVar("Result")
 
 #: how often a busy worker's memory is measured
 _MEMORY_POLL_S = 0.1
+#: how often a worker looks for its parent where the kernel cannot tell it
+_PARENT_POLL_S = 0.5
+#: prctl option: the signal a process gets when its parent dies (Linux)
+_PR_SET_PDEATHSIG = 1
+#: the longest the parent waits at once (a timeout the system can take)
+_LONGEST_WAIT_S = 3600.0
 #: a task sent ahead must fit the pipe's buffer, so that sending it never
 #: blocks the parent while the worker blocks sending a large result
 _AHEAD_BYTES = 16 * 1024
@@ -87,7 +96,7 @@ def _wait_seconds(busy: list[_Worker], budget: Budget) -> float | None:
         waits.append(_MEMORY_POLL_S)
     if budget.seconds is not None:
         now = time.monotonic()
-        waits += [max(w.started + budget.seconds - now, 0) for w in busy]
+        waits += [min(max(w.started + budget.seconds - now, 0), _LONGEST_WAIT_S) for w in busy]
     return min(waits, default=None)
 
 
@@ -103,7 +112,9 @@ class _Worker:
 
     def _start(self) -> None:
         self.connection, child_end = _CONTEXT.Pipe()
-        self.process = _CONTEXT.Process(target=_serve, args=(child_end, self.check), daemon=True)
+        _PARENT_ENDS.add(self.connection)
+        self.process = _CONTEXT.Process(target=_serve, daemon=True,
+                                        args=(child_end, self.check, os.getpid(), _prctl()))
         self.process.start()
         child_end.close()
 
@@ -173,12 +184,22 @@ class _Worker:
             self.process.kill()
         self.process.join()
         self.connection.close()
+        _PARENT_ENDS.discard(self.connection)
 
 
-def _serve(connection: Connection, check: Callable) -> None:
+#: the parent's ends of the workers' pipes: a forked worker closes its copies,
+#: so that its own pipe ends (EOF) when the parent is gone
+_PARENT_ENDS: set[Connection] = set()
+
+
+def _serve(connection: Connection, check: Callable, parent: int, prctl) -> None:
     """A worker's loop: one task in, its result out, until told to stop. Ctrl-C is
-    the parent's to handle: it stops the workers."""
+    the parent's to handle: it stops the workers. A worker never outlives its
+    parent (killed, cancelled, out of memory), even in the middle of a file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for end in _PARENT_ENDS:
+        end.close()
+    _exit_with(parent, prctl)
     while True:
         try:
             task = connection.recv()
@@ -187,6 +208,36 @@ def _serve(connection: Connection, check: Callable) -> None:
         if task is None:
             return
         connection.send(check(task))
+
+
+@functools.lru_cache(maxsize=None)
+def _prctl():
+    """Linux's prctl, found in the parent: a forked child must import nothing
+    (another thread of the parent, an editor's server, may have held the
+    import lock when it forked)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _exit_with(parent: int, prctl) -> None:
+    """Be killed when `parent` dies: by the kernel on Linux, else by a thread
+    that watches who the parent is."""
+    asked = prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    if os.getppid() != parent:  # died before it could be asked
+        os._exit(1)
+    if not asked:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_S)
+    os._exit(1)
 
 
 def _death(exitcode: int | None) -> str:

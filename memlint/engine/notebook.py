@@ -35,6 +35,7 @@ from memlint.analysis.project import ModuleFacts, Project
 from memlint.engine.fixes import MAX_PASSES, FixResult, apply_fixes, wanted
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import syntax_error
+from memlint.analysis.files import read_regular
 from memlint.finding import Finding, Fix, Related
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
@@ -66,9 +67,7 @@ class _CodeLine:
 def check_notebook(path: str, settings: Settings | None = None) -> list[Finding]:
     """Findings for a notebook on disk. `OSError` is the caller's (the engine
     turns it into MEM000); a rule failure raises `RuleCrash`, as for a file."""
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return check_notebook_source(data, path, settings)
+    return check_notebook_source(read_regular(path), path, settings)
 
 
 def check_notebook_source(data: str | bytes, path: str,
@@ -95,6 +94,9 @@ def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | N
                              f"not a notebook: invalid JSON ({error.msg})")], None
     except RecursionError:  # `[[[[...]]]]`: the json module recurses per level
         return [syntax_error(path, 1, 1, "not a notebook: JSON nested too deeply")], None
+    except ValueError:  # an integer of more digits than Python converts (4300)
+        return [syntax_error(path, 1, 1, "not a notebook memlint can read: it holds a "
+                                         "number too long to read")], None
     problem = _shape_problem(notebook)
     if problem:
         return [syntax_error(path, 1, 1, f"not a notebook memlint can read: {problem}")], None

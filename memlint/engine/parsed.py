@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 import libcst as cst
+from libcst._position import CodePosition, CodeRange
 
 from memlint.analysis.source_lines import LINE_BREAK
 from memlint.analysis.context import Context
@@ -176,8 +177,10 @@ def _place(module: cst.Module, source: str, path: str, reports,
     wanted = [n for _, node, stmt, _, _, related, fix in reports
               for n in (node, stmt, *(evidence for evidence, _ in related), *_fixed_nodes(fix))
               if n is not None]
-    positions = positions_of(module, wanted)
     lines = LINE_BREAK.split(source)
+    positions = positions_of(module, wanted)
+    if "\f" in source:
+        positions = _form_feeds_counted(positions, lines)
     findings = set()
     for rule, node, stmt, message, unless, related, plan in reports:
         span = positions[id(node)]
@@ -198,6 +201,21 @@ def _place(module: cst.Module, source: str, path: str, reports,
                              fix=_fix(module, positions, plan, lines),
                              severity=severity_of(rule.code)))
     return sorted(findings)
+
+
+def _form_feeds_counted(positions: dict, lines: list[str]) -> dict:
+    """Columns counted on the file's own lines: libcst drops the indentation
+    up to a line's last leading form feed (Python restarts counting it there),
+    so its columns on such a line are short by that much."""
+    def dropped(line: int) -> int:
+        text = lines[line - 1] if 0 < line <= len(lines) else ""
+        indentation = text[:len(text) - len(text.lstrip(" \t\f"))]
+        return indentation.rfind("\f") + 1
+
+    def moved(position: CodePosition) -> CodePosition:
+        return CodePosition(position.line, position.column + dropped(position.line))
+
+    return {key: CodeRange(moved(span.start), moved(span.end)) for key, span in positions.items()}
 
 
 def _fixed_nodes(plan: FixPlan | None) -> list[cst.CSTNode]:

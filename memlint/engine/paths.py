@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import NamedTuple
 
 from memlint.analysis.project import ModuleFacts, Project, module_name
-from memlint.engine.cache import ResultCache
+from memlint.engine.cache import ResultCache, content_digest
 from memlint.engine.ignore_files import IgnoreRules
 from memlint.engine.settings import Settings
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import RuleCrash, syntax_error
+from memlint.analysis.files import NotRegular, open_regular
 from memlint.finding import Finding, InternalError
 
 PYTHON_SUFFIXES = (".py", ".pyi")
@@ -33,6 +33,9 @@ class Report:
     files: int = 0
     #: files answered from the result cache, not analysed again
     cached: int = 0
+    #: the digest of the bytes each file was checked on (`content_digest`):
+    #: `--fix` changes those bytes only
+    digests: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class FileResult(NamedTuple):
     findings: list[Finding]
     error: InternalError | None = None
     facts: ModuleFacts | None = None
+    digest: bytes | None = None  #: of the bytes checked; None when none were read
 
 
 def check_file(path: str, settings: Settings,
@@ -81,7 +85,7 @@ def analyse_file(source: Source, settings: Settings) -> FileResult:
             findings, facts = analyse_notebook_source(data, path, settings, module=module)
         else:
             findings, facts = analyse_source(data, path, settings, module=module)
-        return FileResult(findings, None, facts)
+        return FileResult(findings, None, facts, content_digest(data))
     except Unreadable as problem:
         return FileResult([syntax_error(path, 1, 1, f"cannot read the file: {problem}")])
     except OSError as error:
@@ -102,12 +106,11 @@ def read_regular_file(path: str, max_size_mb: float | None) -> bytes:
     /dev/zero never ends) and anything over the size limit raise `Unreadable`;
     opened without blocking and checked on the open file, so a path swapped in
     between cannot slip through."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                         | getattr(os, "O_BINARY", 0))
-    with open(descriptor, "rb") as handle:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            raise Unreadable(f"it is {_kind(status.st_mode)}, not a regular file")
+    try:
+        handle = open_regular(path)
+    except NotRegular as error:
+        raise Unreadable(error.strerror) from None
+    with handle:
         data = handle.read() if max_size_mb is None else handle.read(size_limit(max_size_mb) + 1)
     if _larger_than(data, max_size_mb):
         raise Unreadable(too_large(max_size_mb))
@@ -128,13 +131,6 @@ def too_large(max_size_mb: float) -> str:
             f"limit with --max-file-size")
 
 
-def _kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISDIR, "a directory"))
-    return next((name for test, name in kinds if test(mode)), "a special file")
-
-
 def _check_one(source: Source, settings: Settings) -> FileResult:
     return analyse_file(source, settings)
 
@@ -146,12 +142,14 @@ def check_paths(paths: Iterable[str], settings: Settings | None = None,
     return check_sources(discover_sources(paths, settings), settings, jobs)
 
 
-def discover_sources(paths: Iterable[str], settings: Settings) -> list[Source]:
-    """`discover`'s files as sources, each with the directory it was found under."""
+def discover_sources(paths: Iterable[str], settings: Settings,
+                     unreadable: list[tuple[str, str]] | None = None) -> list[Source]:
+    """`discover`'s files as sources, each with the directory it was found
+    under; a folder that cannot be read is added to `unreadable` with why."""
     roots: dict[str, str | None] = {}
     for path in paths:
         if os.path.isdir(path):
-            for found in _walk_directory(path, settings):
+            for found in _walk_directory(path, settings, unreadable):
                 roots.setdefault(found, path)
         else:
             roots.setdefault(path, None)
@@ -193,6 +191,8 @@ def check_sources(sources: Sequence[Source], settings: Settings,
             continue
         findings.extend(outcome.findings)
         facts.append(outcome.facts)
+        if outcome.digest is not None:
+            report.digests[source.path] = outcome.digest
         if outcome.error is not None:
             report.errors.append(outcome.error)
     # a tree checked whole is the project; files named one by one (a hook, an
@@ -244,33 +244,47 @@ def discover(paths: Iterable[str], settings: Settings) -> Iterator[str]:
             yield path
 
 
-def _walk_directory(top: str, settings: Settings) -> Iterator[str]:
+def _walk_directory(top: str, settings: Settings,
+                    unreadable: list[tuple[str, str]] | None = None) -> Iterator[str]:
     """Python files and notebooks under `top`, skipping excluded paths and,
-    with `respect-gitignore`, those that .gitignore or .ignore files name."""
+    with `respect-gitignore`, those that .gitignore or .ignore files name;
+    following links (each folder once, so a link loop ends), without
+    recursion (a tree may nest thousands deep). A folder that cannot be read
+    is added to `unreadable` with why."""
     seen: set[tuple[int, int]] = set()
-    rules_by_folder = {top: IgnoreRules.for_walk(top) if settings.respect_gitignore else None}
-    for root, dirs, files in os.walk(top, followlinks=True):
-        rules = rules_by_folder.pop(root)
+    folders = [(top, IgnoreRules.for_walk(top) if settings.respect_gitignore else None)]
+    while folders:
+        folder, rules = folders.pop()
         try:
-            stat = os.stat(root)
-        except OSError:
-            dirs[:] = []
+            status = os.stat(folder)
+            if (status.st_dev, status.st_ino) in seen:
+                continue
+            seen.add((status.st_dev, status.st_ino))
+            with os.scandir(folder) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+        except OSError as error:
+            if unreadable is not None:
+                unreadable.append((folder, error.strerror or str(error)))
             continue
-        if (stat.st_dev, stat.st_ino) in seen:  # a symlink loop
-            dirs[:] = []
-            continue
-        seen.add((stat.st_dev, stat.st_ino))
         if rules is not None:
-            rules = rules.inside(root, files)
-        dirs[:] = sorted(d for d in dirs if _kept(os.path.join(root, d), True, settings, rules))
-        rules_by_folder.update((os.path.join(root, d), rules) for d in dirs)
-        for name in sorted(files):
-            full = os.path.join(root, name)
-            if name.endswith((*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)) \
-                    and _kept(full, False, settings, rules):
-                yield full
+            rules = rules.inside(folder, {e.name for e in entries if not _is_folder(e)})
+        subfolders = []
+        for entry in entries:
+            if _is_folder(entry):
+                if _kept(entry.path, True, settings, rules):
+                    subfolders.append((entry.path, rules))
+            elif entry.name.endswith((*PYTHON_SUFFIXES, NOTEBOOK_SUFFIX)) \
+                    and _kept(entry.path, False, settings, rules):
+                yield entry.path
+        folders.extend(reversed(subfolders))
 
 
 def _kept(path: str, is_folder: bool, settings: Settings, rules: IgnoreRules | None) -> bool:
     return not settings.is_excluded(path) and (rules is None or not rules.ignores(path, is_folder))
 
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False

@@ -14,11 +14,13 @@ from memlint.analysis.project import (ModuleFacts, Project, cpu_default_options,
                                       imported_modules, mentions_cuda, module_name,
                                       runs_distributed, top_level_functions)
 from memlint.analysis.screens import gives_facts_maybe
+from memlint.analysis.source_lines import declared_encoding
 from memlint.engine.settings import Settings
 from memlint.engine.suppression import skips_file
 from memlint.engine.syntax import syntax_error
 from memlint.finding import Finding
 from memlint.rules.catalogue import CATALOGUE
+
 
 def check_source(source: str | bytes, path: str = "<stdin>",
                  settings: Settings | None = None, noqa: bool = True) -> list[Finding]:
@@ -101,8 +103,6 @@ def decode(data: bytes) -> str:
     refuses (an unknown or non-text codec, a BOM that contradicts the cookie)
     raises `Undecodable` with CPython's reason."""
     import codecs
-    import io
-    import tokenize
 
     for bom, name in _WIDE_BOMS:
         if data.startswith(bom):
@@ -113,7 +113,7 @@ def decode(data: bytes) -> str:
         raise Undecodable(*_line_and_column(data, data.index(b"\0")),
                           ": it contains NUL bytes (is it a binary file?)")
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        encoding = declared_encoding(data)
     except SyntaxError as error:
         if data.startswith(codecs.BOM_UTF8):
             reason = "its UTF-8 byte order mark contradicts its coding cookie"
