@@ -535,7 +535,7 @@ _SETUP_NAME = re.compile(r"dist|rank|gpu|device|cuda|launch|ddp|process_group|^s
 class Project:
     """Every file's facts, with the queries conditions ask."""
 
-    def __init__(self, facts: Iterable[ModuleFacts], look_around: bool = True) -> None:
+    def __init__(self, facts: Iterable[ModuleFacts | None], look_around: bool = True) -> None:
         """`look_around=False` when a whole tree was checked: its files are the
         project, nothing around them is read."""
         self.modules = [f for f in facts if f is not None]

@@ -53,7 +53,7 @@ class MemlintChecker:
 
     @classmethod
     def parse_options(cls, options) -> None:
-        # With `--disable-noqa` flake8 shows what `# noqa` hides; memlint must not
+        # With `--disable-noqa` flake8 shows what noqa comments hide; memlint must not
         # hide those findings first.
         cls.honour_memlint_noqa = not getattr(options, "disable_noqa", False)
         # editors run flake8 again and again in one process: re-read the

@@ -140,14 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="count the findings per code after the findings")
     check.add_argument("-j", "--jobs", type=_jobs, default=0, metavar="N",
                        help="processes to check with (default 0: one per CPU)")
-    check.add_argument("--max-file-size", type=_budget("MB"), default=argparse.SUPPRESS, metavar="MB",
-                       help="a larger file is one MEM000 finding, not read (default 2; 0: no limit)")
-    check.add_argument("--file-timeout", type=_budget("seconds"), default=argparse.SUPPRESS, metavar="SECONDS",
-                       help="stop checking a file after this long: one MEM000 finding "
-                            "(default 60; 0: no limit)")
-    check.add_argument("--max-file-memory", type=_budget("MB"), default=argparse.SUPPRESS, metavar="MB",
-                       help="stop checking a file that needs more memory: one MEM000 finding "
-                            "(default 2048; 0: no limit)")
+    check.add_argument("--max-file-size", type=_budget("MB"), default=argparse.SUPPRESS,
+                       metavar="MB", help="a larger file is one MEM000 finding, not read "
+                                          "(default 2; 0: no limit)")
+    check.add_argument("--file-timeout", type=_budget("seconds"), default=argparse.SUPPRESS,
+                       metavar="SECONDS", help="stop checking a file after this long: one MEM000 "
+                                               "finding (default 60; 0: no limit)")
+    check.add_argument("--max-file-memory", type=_budget("MB"), default=argparse.SUPPRESS,
+                       metavar="MB", help="stop checking a file that needs more memory: one "
+                                          "MEM000 finding (default 2048; 0: no limit)")
     check.add_argument("--fix", action="store_true",
                        help="apply the safe fixes (those that cannot change what the program "
                             "computes); with '-' the fixed source goes to stdout")

@@ -94,7 +94,7 @@ def full_text(report: Report, lines_of: Callable[[Finding], list[str] | None],
         out.append(_finding_line(f, paint))
         frame = _frame(f, lines_of(f), paint)
         out.extend(frame)
-        width = len(str(f.end_line if f.cell is None else f.cell_line + f.end_line - f.line))
+        width = len(str(f.end_line if f.cell_line is None else f.cell_line + f.end_line - f.line))
         margin = " " * (width + 1) if frame else "  "
         for label, value in (("why", f.why), ("help", f.help)):
             if value and f.code != SYNTAX_ERROR_CODE:
@@ -107,7 +107,7 @@ def _frame(finding: Finding, lines: list[str] | None, paint) -> list[str]:
     """The flagged line(s), at most 3, numbered, with carets under the span."""
     if not lines:
         return []
-    first = finding.cell_line if finding.cell is not None else finding.line
+    first = finding.cell_line if finding.cell_line is not None else finding.line
     last = first + (finding.end_line - finding.line)
     shown = list(range(first, min(last, first + 2) + 1))
     if not shown or shown[-1] > len(lines):
@@ -176,8 +176,8 @@ def github(report: Report, version: str) -> str:
         lines.append(f"::{level} {_github_properties(properties)}::"
                      f"{_escape_data(_with_cell(f))}")
     for error in report.errors:
-        lines.append(f"::error {_github_properties({'file': display_path(error.path), 'title': 'memlint'})}"
-                     f"::{_escape_data('internal error: ' + error.message)}")
+        where = _github_properties({"file": display_path(error.path), "title": "memlint"})
+        lines.append(f"::error {where}::{_escape_data('internal error: ' + error.message)}")
     return "".join(line + "\n" for line in lines)
 
 

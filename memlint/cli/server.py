@@ -42,8 +42,8 @@ try:
     from lsprotocol import types
     from pygls.lsp.server import LanguageServer
 except ImportError:  # pragma: no cover - reported by main()
-    types = None
-    LanguageServer = object
+    types = None  # type: ignore[assignment]  # main() says what to install
+    LanguageServer = object  # type: ignore[assignment,misc]  # (the class below is never made)
 
 FIX_ALL = "source.fixAll.memlint"
 _SEVERITY = {"error": 1, "warning": 2, "note": 3}  # LSP DiagnosticSeverity

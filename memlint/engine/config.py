@@ -98,7 +98,7 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
     where = f"{source}: [tool.memlint]"
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: expected a table, got {_shown(table)}")
-    values: dict[str, object] = {"root": root}
+    values: dict[str, typing.Any] = {"root": root}  # each checked as it is read
     rule_options: dict[str, dict] = {}
     for key, value in table.items():
         if key in _CODE_LISTS:
@@ -211,7 +211,7 @@ def apply_overrides(settings: Settings, *, select=None, ignore=None, extend_sele
     """Command-line flags win: `--select` replaces the file's select and
     extend-select, `--ignore` its ignore; the extend flags add to either.
     `budgets` maps Settings' budget fields to the flags' values."""
-    changes: dict[str, object] = dict(budgets or {})
+    changes: dict[str, typing.Any] = dict(budgets or {})
     if select is not None:
         changes["select"], changes["extend_select"] = tuple(select), ()
     if ignore is not None:

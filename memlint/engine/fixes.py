@@ -108,7 +108,8 @@ def apply_fixes(text: str, findings: list[Finding]) -> tuple[str, list[Finding],
                  for e in fix.edits]
         spans.append((min(s for s, _, _ in edits), max(e for _, e, _ in edits), edits, finding))
     spans.sort(key=lambda span: (span[0], span[1]))
-    taken, applied, waiting, end = [], [], [], -1
+    taken: list[tuple[int, int, str]] = []
+    applied, waiting, end = [], [], -1
     for start, stop, edits, finding in spans:
         if start < end or (start == end and taken and taken[-1][0] == start == stop):
             waiting.append(finding)

@@ -77,7 +77,7 @@ def run_supervised(check: Callable[[Task], Result], tasks: Sequence[Task], worke
                          timeout=_wait_seconds(busy, budget))
             for worker in busy:
                 outcome = worker.outcome(ready, budget)
-                if outcome is None:
+                if outcome is None or worker.task is None:
                     continue
                 results[worker.task] = outcome
                 worker.next_task(pending, failed=isinstance(outcome, Failure))
@@ -158,8 +158,9 @@ class _Worker:
         if budget.seconds is not None and time.monotonic() - self.started >= budget.seconds:
             return Failure(f"gave up after {budget.seconds:g} s (file-timeout); exclude the "
                            f"file or raise the limit with --file-timeout")
-        rss = _rss_bytes(self.process.pid) if budget.memory_mb is not None else None
-        if rss is not None and rss > budget.memory_mb * 2**20:
+        pid = self.process.pid
+        rss = _rss_bytes(pid) if budget.memory_mb is not None and pid is not None else None
+        if rss is not None and budget.memory_mb is not None and rss > budget.memory_mb * 2**20:
             return Failure(f"it needed more than {budget.memory_mb:g} MB of memory "
                            f"(max-file-memory); exclude the file or raise the limit with "
                            f"--max-file-memory")

@@ -117,8 +117,8 @@ def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | N
             unparsable = _parse_error(lines)
             if unparsable is not None:
                 line, column, message = unparsable
-                error = syntax_error(path, len(code_lines) + line, column, message)
-                findings.append(replace(error, cell=cell_number, cell_line=line))
+                mem000 = syntax_error(path, len(code_lines) + line, column, message)
+                findings.append(replace(mem000, cell=cell_number, cell_line=line))
                 lines = [""] * len(lines)
         code_lines.extend(lines)
         origins.extend(_CodeLine(cell_number, n) for n in range(1, len(lines) + 1))
@@ -306,14 +306,15 @@ def _dumper_like(text: str, notebook: object) -> Callable[[object], str] | None:
 def _by_cell(findings: list[Finding]) -> dict[int, list[Finding]]:
     cells: dict[int, list[Finding]] = {}
     for finding in findings:
-        cells.setdefault(finding.cell, []).append(finding)
+        if finding.cell is not None:  # every finding of a notebook names its cell
+            cells.setdefault(finding.cell, []).append(finding)
     return cells
 
 
 def _identity(finding: Finding, text: str) -> tuple:
     """A finding as it reads in its cell (code, message, flagged code), not where it is."""
     lines = text.splitlines(keepends=True) or [""]
-    first = finding.cell_line
+    first = finding.cell_line or finding.line  # set on every finding of a notebook
     last = first + finding.end_line - finding.line
     flagged = "".join(lines[first - 1:last])
     return finding.code, finding.message, finding.cell, flagged

@@ -61,7 +61,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         for rule in rules:
             rule.finish()
         flows = ctx.analyses.get(ValueFlows)
-        if flows is not None:
+        if isinstance(flows, ValueFlows):
             facts.parameter_flows = flows.parameter_facts()
     except RecursionError as error:
         raise RuleCrash(f"recursion limit reached while checking: {error}") from error
@@ -104,11 +104,12 @@ def _nodes_unvalidated() -> Iterator[None]:
     there says validation belongs elsewhere for that reason). Nodes built while
     parsing skip it; nodes built afterwards (the fixes) are still checked."""
     validating = cst.CSTNode.__post_init__
-    cst.CSTNode.__post_init__ = _no_validation
+    # setattr: assigning to a method is what this does, on purpose
+    setattr(cst.CSTNode, "__post_init__", _no_validation)
     try:
         yield
     finally:
-        cst.CSTNode.__post_init__ = validating
+        setattr(cst.CSTNode, "__post_init__", validating)
 
 
 def _no_validation(node: cst.CSTNode) -> None:
@@ -187,10 +188,11 @@ def _place(module: cst.Module, source: str, path: str, reports,
         statement = positions.get(id(stmt))
         line, column = span.start.line, span.start.column
         if statement is not None and statement.start.line < line:
-            # reported on the statement's first line, where a user writes `# noqa`
+            # reported on the statement's first line, where a user writes a noqa comment
             line, column = statement.start.line, statement.start.column
-        # a `# noqa` on any line of a simple statement counts, as in flake8
-        last = statement.end.line if isinstance(stmt, cst.SimpleStatementLine) else line
+        # a noqa comment on any line of a simple statement counts, as in flake8
+        last = statement.end.line if statement is not None and \
+            isinstance(stmt, cst.SimpleStatementLine) else line
         if noqa and any(is_suppressed(text, rule.code)
                         for text in lines[line - 1:max(line, last)]):
             continue

@@ -77,7 +77,7 @@ def analyse_file(source: Source, settings: Settings) -> FileResult:
     try:
         if data is None:
             data = read_regular_file(path, limit)
-        elif _larger_than(data, limit):
+        elif limit is not None and _larger_than(data, limit):
             raise Unreadable(too_large(limit))
         module = module_name(path, source.root)
         if path.endswith(NOTEBOOK_SUFFIX):  # imported here: most runs check no notebook
@@ -112,7 +112,7 @@ def read_regular_file(path: str, max_size_mb: float | None) -> bytes:
         raise Unreadable(error.strerror) from None
     with handle:
         data = handle.read() if max_size_mb is None else handle.read(size_limit(max_size_mb) + 1)
-    if _larger_than(data, max_size_mb):
+    if max_size_mb is not None and _larger_than(data, max_size_mb):
         raise Unreadable(too_large(max_size_mb))
     return data
 
@@ -122,8 +122,8 @@ def size_limit(max_size_mb: float) -> int:
     return int(max_size_mb * 2**20)
 
 
-def _larger_than(data: bytes, max_size_mb: float | None) -> bool:
-    return max_size_mb is not None and len(data) > size_limit(max_size_mb)
+def _larger_than(data: bytes, max_size_mb: float) -> bool:
+    return len(data) > size_limit(max_size_mb)
 
 
 def too_large(max_size_mb: float) -> str:
