@@ -104,6 +104,8 @@ def test_diagnostics_on_open_and_quick_fixes_in_a_client_session(tmp_path):
                 for d in published.diagnostics] == [("MEM007", LOAD_LINE, column, "memlint")]
         assert published.diagnostics[0].severity == types.DiagnosticSeverity.Warning
         assert "map_location" in published.diagnostics[0].message
+        page = published.diagnostics[0].code_description.href
+        assert page.startswith("file://") and page.endswith("mem007_load_without_map_location/page.md")
 
         actions = await asyncio.wait_for(_actions(client, uri, LOAD_LINE), 30)
         titles = [a.title for a in actions]

@@ -31,6 +31,7 @@ from urllib.parse import unquote, urlparse
 
 from memlint.version import __version__
 from memlint.engine.config import ConfigError, find_pyproject, load_settings
+from memlint.rules.catalogue import PACKAGES_BY_CODE
 from memlint.engine import Source, check_source
 from memlint.engine.fixes import fix_text, wanted
 from memlint.engine.paths import check_sources
@@ -50,6 +51,14 @@ _SEVERITY = {"error": 1, "warning": 2, "note": 3}  # LSP DiagnosticSeverity
 _NOQA_CODES = re.compile(r"#\s*noqa:\s*[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*", re.IGNORECASE)
 #: how long edits and saves must pause before the document is analysed again
 DEBOUNCE_S = 0.3
+
+
+def page_uri(code: str) -> str:
+    """The rule's reference page, where this install keeps it (an editor opens
+    it from the diagnostic's code)."""
+    from importlib import resources
+
+    return path_to_uri(str(resources.files(PACKAGES_BY_CODE[code]).joinpath("page.md")))
 
 
 def settings_for(path: str) -> tuple[Settings, str | None]:
@@ -102,6 +111,7 @@ def diagnostic(finding: Finding, lines: list[str]):
                         finding.end_column),
         severity=types.DiagnosticSeverity(_SEVERITY.get(finding.severity, 2)),
         code=finding.code, source="memlint",
+        code_description=types.CodeDescription(href=page_uri(finding.code)),
         message=finding.summary + (f"\n{finding.help}" if finding.help else ""),
         related_information=[
             types.DiagnosticRelatedInformation(
