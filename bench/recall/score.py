@@ -23,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "review"))
-from score import Repo, export, run_memlint  # noqa: E402
+from score import Repo, export, ratio, run_memlint  # noqa: E402
 
 ROOT = HERE.parent.parent
 
@@ -70,12 +70,8 @@ def _row(code: str, c: collections.Counter) -> str:
     positives = c[("POSITIVE", True)] + c[("POSITIVE", False)]
     near = c[("NEAR_MISS", True)] + c[("NEAR_MISS", False)]
     return (f"| {code} | {positives} | {c[('POSITIVE', True)]} | "
-            f"{_ratio(c[('POSITIVE', True)], positives)} | {near} | "
-            f"{c[('NEAR_MISS', False)]} | {_ratio(c[('NEAR_MISS', False)], near)} |")
-
-
-def _ratio(part: int, whole: int) -> str:
-    return f"{part / whole:.2f}" if whole else "-"
+            f"{ratio(c[('POSITIVE', True)], positives)} | {near} | "
+            f"{c[('NEAR_MISS', False)]} | {ratio(c[('NEAR_MISS', False)], near)} |")
 
 
 def main(argv: list[str] | None = None) -> int:

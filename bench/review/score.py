@@ -204,15 +204,15 @@ def table(results: dict) -> str:
 
 def _row(code: str, c: collections.Counter) -> str:
     findings = c["TRUE"] + c["FALSE"] + c["DEBATABLE"] + c["unjudged"]
-    precision = _ratio(c["TRUE"], c["TRUE"] + c["FALSE"])
-    strict = _ratio(c["TRUE"], c["TRUE"] + c["FALSE"] + c["DEBATABLE"])
+    precision = ratio(c["TRUE"], c["TRUE"] + c["FALSE"])
+    strict = ratio(c["TRUE"], c["TRUE"] + c["FALSE"] + c["DEBATABLE"])
     misses = c["missed"] + c["missed caught"]
     return (f"| {code} | {findings} | {c['TRUE']} | {c['FALSE']} | {c['DEBATABLE']} | "
             f"{c['unjudged']} | {precision} | {strict} | {c['gone TRUE']} | "
             f"{c['gone TRUE merged']} | {c['missed caught']}/{misses} |")
 
 
-def _ratio(part: int, whole: int) -> str:
+def ratio(part: int, whole: int) -> str:
     return f"{part / whole:.2f}" if whole else "-"
 
 

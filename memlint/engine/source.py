@@ -55,7 +55,8 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
                         imported_modules(source), ".cuda(" in source or ".to(" in source,
                         cpu_default_options=cpu_default_options(source),
                         defines=top_level_functions(source))
-    screened = [entry for entry in CATALOGUE if entry.wants(source, lowered)]
+    screened = [entry for entry in CATALOGUE if (entry.code in selected or entry.gives_facts)
+                and entry.wants(source, lowered)]
     wanted = [entry.code for entry in screened if entry.code in selected]
     informants = [entry.code for entry in screened
                   if entry.gives_facts and entry.code not in selected]

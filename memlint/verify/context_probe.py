@@ -11,6 +11,7 @@ the like are what the run adds beyond it: the account's "other".
 
 from __future__ import annotations
 
+import functools
 import subprocess
 
 _PROBE = r"""
@@ -33,13 +34,15 @@ print(readings[-1])
 """
 
 
-def context_bytes(device: str, python: str, env: dict[str, str]) -> int | None:
+@functools.cache
+def context_bytes(device: str, python: str) -> int | None:
     """The context size on `device` (`cuda:N`), from a probe process run with
-    `python`; None where it cannot be measured (no NVML, no GPU)."""
+    `python` (once per device and interpreter: `verify --fix` and several
+    scripts reuse it); None where it cannot be measured (no NVML, no GPU)."""
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     try:
         done = subprocess.run([python, "-c", _PROBE, str(index)], capture_output=True,
-                              text=True, timeout=120, env=env, check=False)
+                              text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     text = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []

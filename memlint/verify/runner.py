@@ -143,7 +143,7 @@ def _launch(work: str, path: str, findings: list[Finding], options: Options,
             "stack_path": stack_path, "ranks": ranks,
             "device": options.device, "seed": options.seed, "result_path": result_path,
             "hits_path": hits_path, "timeline": options.timeline,
-            "context_bytes": context_bytes(options.device, options.python, _child_env())
+            "context_bytes": context_bytes(options.device, options.python)
             if options.device.startswith("cuda") else None,
             "snapshot": os.path.abspath(options.snapshot) if options.snapshot and ranks is None
             else None,
