@@ -228,7 +228,7 @@ def test_check_never_imports_or_runs_the_checked_code(project, capsys):
 
 def test_rules_lists_every_code_with_its_name_and_a_one_line_summary(capsys):
     assert main(["rules"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("MEM")]
     assert [line.split()[0] for line in lines] == ALL_CODES
     mem007 = next(line for line in lines if line.startswith("MEM007"))
     assert mem007.split()[1] == "load-without-map-location"

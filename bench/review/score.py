@@ -105,10 +105,16 @@ def export(repo: Repo, mirrors: Path, work: Path) -> Path:
 
 
 def run_memlint(tree: Path) -> list[dict]:
-    """memlint's findings on the tree, with paths relative to its root."""
+    """memlint's findings on the tree, every rule's, with paths relative to its root."""
+    import dataclasses
+
     from memlint import Settings, check_paths  # the same names in every version
 
-    report = check_paths([str(tree)], Settings(root=str(tree)), jobs=1)
+    # every rule, those in preview too: the corpus judges them all (older
+    # versions have no preview)
+    every = {"preview": True} if "preview" in {f.name for f in dataclasses.fields(Settings)} \
+        else {}
+    report = check_paths([str(tree)], Settings(root=str(tree), **every), jobs=1)
     found = []
     for finding in report.findings:
         row = finding.to_dict()

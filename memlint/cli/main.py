@@ -31,7 +31,7 @@ from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_tex
                                    statistics)
 from memlint.cli.reporters import text as concise_text
 from memlint.cli.baseline import load_baseline, without_known
-from memlint.rules import NAMES_BY_CODE
+from memlint.rules import NAMES_BY_CODE, PREVIEW_CODES
 from memlint.engine.settings import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="codes or prefixes to check in addition")
     check.add_argument("--extend-ignore", type=_code_list(ignoring=True), metavar="CODES",
                        help="codes or prefixes to skip in addition")
+    check.add_argument("--preview", action="store_true",
+                       help="also run the rules in preview, those not yet precise enough on "
+                            "unseen code to run by default (memlint rules lists them)")
     check.add_argument("--extend-exclude", type=lambda s: [p for p in s.split(",") if p],
                        metavar="PATTERNS", help="comma-separated glob patterns to exclude "
                                                 "in addition")
@@ -758,7 +761,7 @@ def _settings(options: argparse.Namespace, pyproject) -> Settings:
                                extend_select=options.extend_select,
                                extend_ignore=options.extend_ignore,
                                extend_exclude=options.extend_exclude,
-                               budgets=flags)
+                               preview=options.preview, budgets=flags)
     if options.fail_on is not None:
         settings = replace(settings, fail_on=options.fail_on)
     if options.respect_gitignore is not None:
@@ -808,11 +811,23 @@ def _write(text: str) -> None:
 # -- rules and rule pages -----------------------------------------------------------
 
 def _list_rules() -> int:
+    """Code, name, default or preview, how often right on unseen code, summary."""
     from memlint.cli.pages import summary
+    from memlint.rules.measured import MEASURED, SOURCE
 
-    rows = [(code, name, summary(code)) for code, name in NAMES_BY_CODE.items()]
-    width = max(len(name) for _, name, _ in rows)
-    _write("".join(f"{code}  {name:<{width}}  {summary}\n" for code, name, summary in rows))
+    rows = []
+    for code, name in NAMES_BY_CODE.items():
+        figures = MEASURED.get(code)
+        precision = figures.precision if figures is not None else None
+        shown = f"{precision:.2f}" if precision is not None else "-"
+        rows.append((code, name, "preview" if code in PREVIEW_CODES else "default", shown,
+                     summary(code)))
+    width = max(len(row[1]) for row in rows)
+    _write(f"{'code':<6}  {'name':<{width}}  {'runs':<7}  {'precision':>9}  summary\n"
+           + "".join(f"{code}  {name:<{width}}  {runs:<7}  {precision:>9}  {text}\n"
+                     for code, name, runs, precision, text in rows)
+           + f"\nprecision: {SOURCE}; preview rules run with --preview or their code in "
+             "--select\n")
     return EXIT_CLEAN
 
 

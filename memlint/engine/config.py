@@ -26,7 +26,7 @@ BUDGETS = {"max-file-size": ("max_file_size_mb", "MB"),
            "file-timeout": ("file_timeout_s", "seconds"),
            "max-file-memory": ("max_file_memory_mb", "MB")}
 _TOP_LEVEL_KEYS = (*_CODE_LISTS, *_PATTERN_LISTS, "per-file-ignores", *BUDGETS, "severity",
-                   "fail-on", "respect-gitignore")
+                   "fail-on", "respect-gitignore", "preview")
 #: a rule's code by its code or its name (`[tool.memlint.MEM005]`, `tensor-history-kept`)
 _CODES_BY_KEY = {**{e.code: e.code for e in CATALOGUE}, **{e.name: e.code for e in CATALOGUE}}
 
@@ -118,10 +118,10 @@ def settings_from_table(table: object, source: str, root: str = ".") -> Settings
             values["severities"] = _severities(value, f"{where} {key}")
         elif key == "fail-on":
             values["fail_on"] = severity_level(value, f"{where} {key}")
-        elif key == "respect-gitignore":
+        elif key in ("respect-gitignore", "preview"):
             if not isinstance(value, bool):
                 raise ConfigError(f"{where} {key}: expected true or false, got {_shown(value)}")
-            values["respect_gitignore"] = value
+            values[key.replace("-", "_")] = value
         elif key in _CODES_BY_KEY:
             from memlint.rules import RULES_BY_CODE  # a rule's options: its class says which
 
@@ -155,7 +155,7 @@ def describe_settings(settings: Settings, pyproject: Path | None) -> str:
     top = {"select": settings.select, "extend-select": settings.extend_select,
            "ignore": settings.ignore, "exclude": settings.exclude,
            "extend-exclude": settings.extend_exclude,
-           "respect-gitignore": settings.respect_gitignore,
+           "respect-gitignore": settings.respect_gitignore, "preview": settings.preview,
            "max-file-size": settings.max_file_size_mb or 0,
            "file-timeout": settings.file_timeout_s or 0,
            "max-file-memory": settings.max_file_memory_mb or 0, "fail-on": settings.fail_on}
@@ -206,12 +206,14 @@ def budget(value: object, what: str, unit: str) -> float | None:
 
 
 def apply_overrides(settings: Settings, *, select=None, ignore=None, extend_select=None,
-                    extend_ignore=None, extend_exclude=None,
+                    extend_ignore=None, extend_exclude=None, preview: bool = False,
                     budgets: Mapping[str, float | None] | None = None) -> Settings:
     """Command-line flags win: `--select` replaces the file's select and
     extend-select, `--ignore` its ignore; the extend flags add to either.
     `budgets` maps Settings' budget fields to the flags' values."""
     changes: dict[str, typing.Any] = dict(budgets or {})
+    if preview:
+        changes["preview"] = True
     if select is not None:
         changes["select"], changes["extend_select"] = tuple(select), ()
     if ignore is not None:

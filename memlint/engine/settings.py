@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import PurePath
 
-from memlint.rules import ALL_CODES, SEVERITIES, SEVERITY_BY_CODE, SYNTAX_ERROR_CODE
+from memlint.rules import (ALL_CODES, PREVIEW_CODES, SEVERITIES, SEVERITY_BY_CODE,
+                           SYNTAX_ERROR_CODE)
 
 DEFAULT_EXCLUDES = (".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", ".env",
                     "env", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
@@ -42,6 +43,8 @@ class Settings:
     fail_on: str = "note"
     #: a directory walk skips what .gitignore and .ignore files name, as ruff's does
     respect_gitignore: bool = True
+    #: run the rules in preview too (`memlint rules` says which those are)
+    preview: bool = False
 
     def severity_of(self, code: str) -> str:
         return self.severities.get(code, SEVERITY_BY_CODE.get(code, "warning"))
@@ -58,8 +61,11 @@ class Settings:
                 if path_matches(path, pattern, self.root):
                     ignore.extend(codes)
         chosen = {SYNTAX_ERROR_CODE}
+        selectors = (*self.select, *self.extend_select)
         for code in ALL_CODES:
-            selected = _longest_prefix(code, (*self.select, *self.extend_select))
+            if code in PREVIEW_CODES and not self.preview and code not in selectors:
+                continue  # a rule in preview runs when asked for by preview or by its code
+            selected = _longest_prefix(code, selectors)
             ignored = _longest_prefix(code, ignore)
             if selected > ignored:
                 chosen.add(code)

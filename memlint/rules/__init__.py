@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from memlint.rules.catalogue import CATALOGUE, PACKAGES_BY_CODE
+from memlint.rules.measured import preview_codes
 
 if TYPE_CHECKING:  # made by `__getattr__` on first use
     from memlint.rules.base import Rule
@@ -32,6 +33,8 @@ NAMES_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: SYNTAX_ERROR_NAME,
 SEVERITIES: tuple[str, ...] = ("note", "warning", "error")
 SEVERITY_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: "error",
                                     **{entry.code: entry.severity for entry in CATALOGUE}}
+#: rules not yet trusted on unseen code: they run only when asked for (`measured.py`)
+PREVIEW_CODES: frozenset[str] = preview_codes()
 
 
 def _load() -> list[type[Rule]]:

@@ -1,0 +1,66 @@
+"""How often each rule is right on code nobody tuned it for, and which rules
+run by default because of it.
+
+The figures are the verdicts of held-out review sets (public repositories
+chosen after the code was frozen and judged by someone who did not write it,
+`bench/review/RESULTS.md`) and how often the rule fires on the review corpus.
+They are data, written by `python scripts/write_measured.py` from the
+committed verdicts (a test checks they are current), and they decide one
+thing: a rule whose findings a maintainer could not trust runs in *preview*,
+only when asked for (`--preview`, `preview = true`, or its exact code in
+`select`), as ruff does with its new rules.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+#: below this precision on held-out code a rule is not trusted by default
+TRUSTED_PRECISION = 0.90
+#: above this share of findings a maintainer would shrug at, neither
+TRUSTED_DEBATABLE_SHARE = 0.20
+#: fewer judged findings than this say nothing either way
+ENOUGH_JUDGED = 10
+
+
+class Measured(NamedTuple):
+    true: int
+    false: int
+    debatable: int
+    #: findings per 1,000 Python files of the review corpus
+    per_thousand_files: float
+
+    @property
+    def judged(self) -> int:
+        return self.true + self.false + self.debatable
+
+    @property
+    def precision(self) -> float | None:
+        decided = self.true + self.false
+        return self.true / decided if decided else None
+
+    @property
+    def debatable_share(self) -> float | None:
+        return self.debatable / self.judged if self.judged else None
+
+    @property
+    def trusted(self) -> bool:
+        """Too few verdicts to tell keeps a rule where it is: on by default."""
+        if self.judged < ENOUGH_JUDGED:
+            return True
+        precision, shrugged = self.precision, self.debatable_share
+        return (precision is None or precision >= TRUSTED_PRECISION) \
+            and shrugged is not None and shrugged <= TRUSTED_DEBATABLE_SHARE
+
+
+def preview_codes() -> frozenset[str]:
+    """The codes that run only when asked for."""
+    return frozenset(code for code, figures in MEASURED.items() if not figures.trusted)
+
+
+# -- the figures: written by `python scripts/write_measured.py`, never by hand --
+#: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count
+HELDOUT_LISTINGS: tuple[str, ...] = ()
+#: what the figures are: which sets, judged at which commit, when; which corpus
+SOURCE = "no held-out set judged yet"
+MEASURED: dict[str, Measured] = {}

@@ -1,0 +1,115 @@
+"""Write the figures of `memlint/rules/measured.py`: per rule, the verdicts of
+the held-out review sets as judged, and how often the rule fires on the review
+corpus. They decide which rules run by default, so they come from committed
+verdicts only (a test recounts them).
+
+    python scripts/write_measured.py --heldout 'heldout7_*' --heldout 'heldout8_*' \\
+        --judged-at 1a2b3c4 --corpus-run corpus.json
+
+`--corpus-run` is a `bench/review/score.py --save` run of the whole review
+corpus (every rule, preview included); its trees in `.review/` give the number
+of Python files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import datetime
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REVIEW = ROOT / "bench" / "review"
+MEASURED = ROOT / "memlint" / "rules" / "measured.py"
+MARK = "# -- the figures: written by `python scripts/write_measured.py`, never by hand --\n"
+VERDICTS = ("TRUE", "FALSE", "DEBATABLE")
+
+
+def heldout_repos(listings: tuple[str, ...]) -> list[str]:
+    """The repositories of the held-out listings, as `owner/name`."""
+    repos: list[str] = []
+    for pattern in listings:
+        files = sorted((REVIEW / "repos").glob(f"{pattern}.csv"))
+        if not files:
+            raise SystemExit(f"no listing bench/review/repos/{pattern}.csv")
+        for listing in files:
+            with open(listing, newline="") as handle:
+                repos.extend(row["repo"] for row in csv.DictReader(handle))
+    return repos
+
+
+def heldout_verdicts(listings: tuple[str, ...]) -> dict[str, collections.Counter]:
+    """Per rule, how many findings of the held-out sets were judged TRUE,
+    FALSE and DEBATABLE (misses are not findings)."""
+    counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for repo in heldout_repos(listings):
+        path = REVIEW / "verdicts" / f"{repo.replace('/', '+')}.csv"
+        if not path.exists():
+            continue  # a repository where memlint found nothing
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                if row["verdict"] in VERDICTS:
+                    counts[row["code"]][row["verdict"]] += 1
+    return counts
+
+
+def per_thousand_files(run_path: Path, work: Path) -> tuple[dict[str, float], int, int]:
+    """Findings per 1,000 Python files, per rule, on a saved corpus run."""
+    run = json.loads(run_path.read_text(encoding="utf-8"))
+    files = 0
+    for repo in run:
+        tree = work / repo.replace("/", "+")
+        if not tree.is_dir():
+            raise SystemExit(f"{tree} missing: export the corpus with bench/review/score.py")
+        files += sum(1 for path in tree.rglob("*") if path.suffix in (".py", ".ipynb"))
+    findings = collections.Counter(f["code"] for result in run.values()
+                                   for f in result["findings"])
+    return {code: 1000 * n / files for code, n in findings.items()}, files, len(run)
+
+
+def figures_block(listings: tuple[str, ...], source: str,
+                  counts: dict[str, collections.Counter], frequency: dict[str, float]) -> str:
+    rows = []
+    for code in sorted(set(counts) | set(frequency)):
+        c = counts.get(code, collections.Counter())
+        rows.append(f'    "{code}": Measured(true={c["TRUE"]}, false={c["FALSE"]}, '
+                    f'debatable={c["DEBATABLE"]},\n'
+                    f'                      per_thousand_files={frequency.get(code, 0.0):.2f}),')
+    return (MARK
+            + "#: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count\n"
+            f"HELDOUT_LISTINGS: tuple[str, ...] = {listings!r}\n"
+            "#: what the figures are: which sets, judged at which commit, when; which corpus\n"
+            f"SOURCE = {source!r}\n"
+            "MEASURED: dict[str, Measured] = {\n" + "\n".join(rows) + "\n}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--heldout", action="append", required=True, metavar="GLOB",
+                        help="a held-out listing, bench/review/repos/<GLOB>.csv (repeatable)")
+    parser.add_argument("--judged-at", required=True, metavar="COMMIT",
+                        help="the frozen commit the held-out sets were judged on")
+    parser.add_argument("--corpus-run", type=Path, required=True,
+                        help="bench/review/score.py --save of the whole corpus")
+    parser.add_argument("--work", type=Path, default=ROOT / ".review")
+    args = parser.parse_args(argv)
+
+    listings = tuple(args.heldout)
+    counts = heldout_verdicts(listings)
+    frequency, files, repos = per_thousand_files(args.corpus_run, args.work)
+    judged = len(heldout_repos(listings))
+    source = (f"{judged} held-out repositories ({', '.join(listings)}) judged at "
+              f"{args.judged_at[:7]}; frequency on the review corpus ({repos} repositories, "
+              f"{files} files), {datetime.date.today().isoformat()}")
+    text = MEASURED.read_text(encoding="utf-8")
+    MEASURED.write_text(text[:text.index(MARK)]
+                        + figures_block(listings, source, counts, frequency), encoding="utf-8")
+    print(f"wrote {MEASURED.relative_to(ROOT)}: {source}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Rules in preview: not trusted on unseen code, so they run only when asked for."""
+
+from __future__ import annotations
+
+import pytest
+
+import memlint.cli.main as cli
+import memlint.engine.settings as settings_module
+from memlint.engine.config import ConfigError, apply_overrides, settings_from_table
+from memlint.engine.settings import Settings
+from memlint.rules.measured import ENOUGH_JUDGED, Measured
+
+
+@pytest.fixture
+def mem005_in_preview(monkeypatch):
+    monkeypatch.setattr(settings_module, "PREVIEW_CODES", frozenset({"MEM005"}))
+    monkeypatch.setattr(cli, "PREVIEW_CODES", frozenset({"MEM005"}))
+
+
+def test_a_rule_in_preview_is_off_by_default_and_on_when_asked(mem005_in_preview):
+    assert "MEM005" not in Settings().selected_codes()
+    assert "MEM003" in Settings().selected_codes()
+    assert "MEM005" in Settings(preview=True).selected_codes()
+
+
+@pytest.mark.parametrize("selectors, runs", [
+    ({"select": ("MEM005",)}, True),          # its exact code asks for it
+    ({"extend_select": ("MEM005",)}, True),
+    ({"select": ("MEM00",)}, False),          # a prefix asks for the trusted rules only
+    ({"select": ("MEM",)}, False),
+    ({"select": ("MEM005",), "ignore": ("MEM005",)}, False),
+])
+def test_only_the_exact_code_selects_a_rule_in_preview(mem005_in_preview, selectors, runs):
+    assert ("MEM005" in Settings(**selectors).selected_codes()) is runs
+
+
+def test_preview_from_the_config_and_the_command_line(mem005_in_preview):
+    assert settings_from_table({"preview": True}, "pyproject.toml").preview
+    with pytest.raises(ConfigError, match="preview: expected true or false"):
+        settings_from_table({"preview": "yes"}, "pyproject.toml")
+    assert apply_overrides(Settings(), preview=True).preview
+    assert not apply_overrides(Settings(preview=False)).preview
+
+
+def test_check_runs_a_rule_in_preview_only_with_the_flag(mem005_in_preview, tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nfrom torch.utils.data import DataLoader\n"
+                      "model = torch.nn.Linear(4, 2).cuda()\n"
+                      "loader = DataLoader(dataset, batch_size=64, num_workers=4)\n"
+                      "for x, y in loader:\n"
+                      "    out = model(x.cuda())\n", encoding="utf-8")
+    assert cli.main(["check", "--no-cache", "--select", "MEM", str(script)]) == 0
+    assert "MEM005" not in capsys.readouterr().out
+    assert cli.main(["check", "--no-cache", "--preview", str(script)]) == 1
+    assert "MEM005" in capsys.readouterr().out
+
+
+def test_rules_lists_which_rules_run_by_default(mem005_in_preview, capsys):
+    assert cli.main(["rules"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
+            if line.startswith("MEM")}
+    assert rows["MEM005"][2] == "preview"
+    assert rows["MEM003"][2] == "default"
+
+
+@pytest.mark.parametrize("figures, trusted", [
+    (Measured(true=18, false=2, debatable=0, per_thousand_files=1.0), True),     # 0.90
+    (Measured(true=17, false=3, debatable=0, per_thousand_files=1.0), False),    # 0.85
+    (Measured(true=14, false=0, debatable=6, per_thousand_files=1.0), False),    # 30 % shrugged
+    (Measured(true=16, false=0, debatable=4, per_thousand_files=1.0), True),     # 20 %
+    (Measured(true=0, false=ENOUGH_JUDGED - 1, debatable=0, per_thousand_files=1.0), True),
+])
+def test_trusted_means_precise_and_rarely_shrugged_at(figures, trusted):
+    assert figures.trusted is trusted
+
+
+def test_the_measured_verdicts_are_the_committed_ones():
+    """The figures that put rules in preview recount from the committed verdicts."""
+    import sys
+    from pathlib import Path
+
+    from memlint.rules.measured import HELDOUT_LISTINGS, MEASURED
+
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        from write_measured import heldout_verdicts
+    finally:
+        sys.path.remove(scripts)
+    counts = heldout_verdicts(HELDOUT_LISTINGS) if HELDOUT_LISTINGS else {}
+    recounted = {code: (c["TRUE"], c["FALSE"], c["DEBATABLE"]) for code, c in counts.items()}
+    written = {code: (f.true, f.false, f.debatable) for code, f in MEASURED.items()
+               if f.judged}
+    assert written == recounted, "run python scripts/write_measured.py"
