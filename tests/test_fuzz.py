@@ -144,10 +144,11 @@ def test_in_process_one_bad_file_never_costs_another_files_findings(alone, data,
 # -- through the console script --------------------------------------------------------------------
 
 def snapshot(root: Path) -> dict:
-    """Every file and its bytes and time, but the result cache's own folder."""
-    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
-            if CACHE_DIR_NAME not in p.relative_to(root).parts
-            if p.is_file()}
+    """Every regular file and its bytes and time, but the result cache's own
+    folder; every other entry by its name (a pipe cannot be read without a writer)."""
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() and not p.is_symlink()
+            else p.name for p in sorted(root.rglob("*"))
+            if CACHE_DIR_NAME not in p.relative_to(root).parts}
 
 
 @pytest.fixture(scope="module")
@@ -161,34 +162,56 @@ def console_alone(tmp_path_factory) -> list[str]:
     return [line for line in result.stdout.decode().splitlines() if not line.startswith("Found ")]
 
 
+#: what else a project may hold that a check must neither open nor trip on: named
+#: pipes (a blocking open would hang `check FILE` and the server), a pipe named
+#: like a source file, a link that points nowhere (issue 29)
+HAZARDS = ["none", "fifo", "fifo-source", "dangling-link"]
+
+
+def plant(root: Path, hazard: str) -> None:
+    if hazard == "fifo":
+        (root / "logs").mkdir()
+        os.mkfifo(root / "logs" / "progress.json")
+    elif hazard == "fifo-source":
+        os.mkfifo(root / "pipe_step.py")
+    elif hazard == "dangling-link":
+        (root / "gone.py").symlink_to(root / "nowhere.py")
+
+
 @settings(FUZZ, max_examples=20 * SCALE)
 @given(data=hostile_files, name=st.sampled_from(["bad.py", "sub/bad.py", "bad.ipynb"]),
-       jobs=st.sampled_from(["1", "2"]), output=st.sampled_from(["text", "json"]))
+       jobs=st.sampled_from(["1", "2"]), output=st.sampled_from(["text", "json"]),
+       hazard=st.sampled_from(HAZARDS if hasattr(os, "mkfifo") else ["none"]),
+       target=st.sampled_from([".", "good_a.py"]))
 def test_console_script_survives_and_never_writes(tmp_path_factory, console_alone, data, name,
-                                                  jobs, output):
+                                                  jobs, output, hazard, target):
     root = tmp_path_factory.mktemp("fuzz")
     for good, text in GOOD.items():
         (root / good).write_text(text)
     (root / name).parent.mkdir(parents=True, exist_ok=True)
     (root / name).write_bytes(data)
+    plant(root, hazard)
     before = snapshot(root)
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "memlint", "check", "-j", jobs,
-                             "--file-timeout", "10", "--format", output, "."],
+                             "--file-timeout", "10", "--format", output, target],
                             cwd=root, capture_output=True, timeout=120, check=False)
     assert time.monotonic() - started < 60
     assert result.returncode in (0, 1, 2)
     assert b"Traceback" not in result.stderr, result.stderr.decode(errors="replace")
     assert result.stderr == b"", result.stderr  # internal errors would be memlint's bugs
     out = result.stdout.decode("utf-8")
+    planted = ("pipe_step.py", "gone.py")  # reported as unreadable, never opened
     if output == "json":
-        shown = [f"{r['path']}:{r['line']}:{r['column']}: {r['code']} "
+        shown = [f"./{r['path'].removeprefix('./')}:{r['line']}:{r['column']}: {r['code']} "
                  f"{message_parts(r['message'])[0]}"
-                 for r in json.loads(out) if not r["path"].endswith(name)]
+                 for r in json.loads(out) if not r["path"].endswith((name, *planted))]
     else:
-        shown = [line for line in out.splitlines()
-                 if not line.startswith((f"./{name}:", "Found "))]
-    assert shown == console_alone
+        shown = [line if line.startswith("./") else f"./{line}" for line in out.splitlines()
+                 if not line.startswith((f"./{name}:", "Found ", *(f"./{p}:" for p in planted)))]
+    expected = console_alone if target == "." else \
+        [line for line in console_alone if line.startswith(f"./{target}:")]
+    assert shown == expected
     assert snapshot(root) == before
 
 
