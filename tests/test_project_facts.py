@@ -177,15 +177,21 @@ PLAY = ("import argparse, torch\np = argparse.ArgumentParser()\n"
         "net = Net().to(device)\nnet.load_state_dict(torch.load(args.model))\n")
 
 
-@pytest.mark.parametrize("flag, reported", [
-    ("action='store_true'", False),                 # CUDA only when asked: CPU by default
-    ("default=False, action='store_true'", False),
-    ("action='store_false'", True),                 # on unless turned off
-    ("action='store_true', default=True", True),
+@pytest.mark.parametrize("flag", [
+    "action='store_true'",                  # CUDA when asked: how the program is meant to run
+    "default=False, action='store_true'",
+    "action='store_false'",                 # on unless turned off
+    "action='store_true', default=True",
 ])
-def test_cuda_behind_an_option_that_is_off_by_default_is_cpu_code(tmp_path, flag, reported):
+def test_cuda_behind_an_option_is_where_the_program_is_meant_to_run(tmp_path, flag):
     (tmp_path / "play.py").write_text(PLAY.format(flag=flag))
-    assert [code for _, _, code in codes(tmp_path)] == (["MEM007"] if reported else [])
+    assert [code for _, _, code in codes(tmp_path)] == ["MEM007"]
+
+
+def test_a_program_that_hides_every_gpu_is_cpu_code(tmp_path):
+    (tmp_path / "play.py").write_text("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '-1'\n"
+                                      + PLAY.format(flag="action='store_false'"))
+    assert codes(tmp_path) == []
 
 
 POLICY = ("import torch\nclass Policy:\n    def __init__(self, actor):\n        self.actor = actor.cuda()\n"
@@ -409,14 +415,15 @@ SUPER_RESOLUTION = (
     "    x, y = batch[0].to(device), batch[1].to(device)\n")
 
 
-@pytest.mark.parametrize("option, reported", [
-    ("accel", False),      # pytorch/examples: the accelerator only when asked
-    ("verbose", True),     # not a device switch: the accelerator whenever there is one
+@pytest.mark.parametrize("option, when", [
+    ("accel", " when run with --accel"),  # pytorch/examples: the accelerator when asked
+    ("verbose", ""),                      # not a device switch: whenever there is one
 ])
-def test_an_accelerator_behind_an_option_that_is_off_by_default_is_cpu_code(
-        tmp_path, option, reported):
+def test_an_accelerator_behind_an_option_is_reported_with_the_option(tmp_path, option, when):
     (tmp_path / "main.py").write_text(SUPER_RESOLUTION.format(option=option))
-    assert [code for _, _, code in codes(tmp_path)] == (["MEM005"] if reported else [])
+    [finding] = check_paths([str(tmp_path)], jobs=1).findings
+    assert finding.code == "MEM005"
+    assert f"copies batches to a CUDA device{when}:" in finding.message
 
 
 WAVE_U_NET = ("import argparse, torch\nfrom torch.utils.data import DataLoader\n"
@@ -426,14 +433,16 @@ WAVE_U_NET = ("import argparse, torch\nfrom torch.utils.data import DataLoader\n
               "for x, y in loader:\n    if args.cuda:\n        x = x.cuda()\n")
 
 
-@pytest.mark.parametrize("flag, reported", [
-    ("action='store_true'", False),   # Wave-U-Net: the GPU only when asked
-    ("action='store_false'", True),   # on unless turned off
+@pytest.mark.parametrize("flag, hidden, reported", [
+    ("action='store_true'", "", True),    # Wave-U-Net: the GPU when asked, as meant
+    ("action='store_false'", "", True),   # on unless turned off
+    ("action='store_true'", "import os\nos.environ['CUDA_VISIBLE_DEVICES'] = ''\n", False),
 ])
-def test_a_file_checked_alone_whose_cuda_is_opt_in_is_cpu_code(tmp_path, flag, reported):
+def test_a_file_checked_alone_is_cpu_code_only_where_it_hides_the_gpus(
+        tmp_path, flag, hidden, reported):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     train = tmp_path / "train.py"
-    train.write_text(WAVE_U_NET.format(flag=flag))
+    train.write_text(hidden + WAVE_U_NET.format(flag=flag))
     found = [f.code for f in check_paths([str(train)], jobs=1).findings]
     assert found == (["MEM005"] if reported else [])
 

@@ -105,6 +105,15 @@ def sets_current_device(node: cst.CSTNode, ctx: Context) -> bool:
     return False
 
 
+def hides_gpus(node: cst.Assign, ctx: Context) -> bool:
+    """`os.environ["CUDA_VISIBLE_DEVICES"] = ""` (or `"-1"`): the process sees
+    no GPU, so every "cuda" device it names is never reached."""
+    hidden = string_value(node.value)
+    return hidden is not None and hidden.strip() in ("", "-1") and any(
+        type(t.target) is cst.Subscript and _environ_key(t.target, ctx) == CUDA_VISIBLE
+        for t in node.targets)
+
+
 def under_device_guard(ctx: Context) -> bool:
     """Inside `with torch.cuda.device(i):`: "cuda" there means GPU i."""
     for ancestor in ctx.ancestors:
