@@ -505,3 +505,43 @@ def test_a_get_method_of_the_programs_own_object_is_judged_by_its_definition(
     (tmp_path / "trainer.py").write_text(TRAINER)
     found = [c for c in codes(tmp_path) if c[2] == "MEM003"]
     assert found == ([("trainer.py", 15, "MEM003")] if reported else [])
+
+
+BATCH_TRAINER = ("import torch\nclass Trainer:\n"
+           "    def __init__(self, model, train_loader):\n"
+           "        self.device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+           "        self.model = model.to(self.device)\n        self.train_data = train_loader\n"
+           "    def train(self):\n        self.iteration(self.train_data)\n"
+           "    def iteration(self, loader):\n"
+           "        for batch in loader:\n"
+           "            batch = {k: v.{move} for k, v in batch.items()}\n"
+           "            self.model(**batch)\n")
+
+
+@pytest.mark.parametrize("move, reported", [
+    ("to(self.device)", True),   # BERT-pytorch: the trainer copies every batch to the GPU
+    ("numpy()", False),          # the trainer keeps its batches on the host
+])
+def test_a_loader_handed_to_a_trainer_class_of_another_file(tmp_path, move, reported):
+    package = tmp_path / "pkg"
+    (package / "trainer").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "trainer" / "__init__.py").write_text("from .pretrain import Trainer\n")
+    (package / "trainer" / "pretrain.py").write_text(BATCH_TRAINER.replace("{move}", move))
+    (package / "__main__.py").write_text(
+        "from torch.utils.data import DataLoader\nfrom .trainer import Trainer\n"
+        "def main():\n    loader = DataLoader(ds, batch_size=32, num_workers=4)\n"
+        "    Trainer(model, train_loader=loader).train()\n")
+    assert codes(tmp_path) == ([("__main__.py", 4, "MEM005")] if reported else [])
+
+
+@pytest.mark.parametrize("move, reported", [("to(self.device)", True), ("numpy()", False)])
+def test_a_loader_returned_to_a_script_that_hands_it_to_a_trainer(tmp_path, move, reported):
+    (tmp_path / "data_loader.py").write_text(
+        "from torch.utils import data\ndef get_loader(path):\n"
+        "    return data.DataLoader(Folder(path), batch_size=8, num_workers=2)\n")
+    (tmp_path / "solver.py").write_text(BATCH_TRAINER.replace("{move}", move))
+    (tmp_path / "main.py").write_text(
+        "from solver import Trainer\nfrom data_loader import get_loader\n"
+        "Trainer(model, get_loader('train')).train()\n")
+    assert codes(tmp_path) == ([("data_loader.py", 3, "MEM005")] if reported else [])

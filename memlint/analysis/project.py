@@ -650,6 +650,9 @@ class Project:
         bare name), else the exact dotted name, else the one module it is the
         tail of (none when several are: which one runs cannot be told)."""
         package = importer.rsplit(".", 1)[0] if "." in importer else ""
+        facts = self._by_name.get(importer)
+        if facts is not None and os.path.basename(facts.path) == "__init__.py":
+            package = importer  # a package's `from .pretrain import X` is inside it
         if imported.startswith("."):
             level = len(imported) - len(imported.lstrip("."))
             base = package.split(".") if package else []
@@ -692,11 +695,8 @@ class Project:
             facts = self._by_name[target]
             if name in facts.batch_movers:
                 return True
-            # a package's `__init__` resolves its relative imports inside itself
-            inside = f"{target}.__init__" if os.path.basename(facts.path) == "__init__.py" \
-                else target
             if depth < 3 and any(
-                    self.moves_batches(inside, again.rpartition(".")[0], name, depth + 1)
+                    self.moves_batches(target, again.rpartition(".")[0], name, depth + 1)
                     for again in facts.imports if again.rpartition(".")[2] == name
                     and again.rpartition(".")[0]):
                 return True
