@@ -356,6 +356,11 @@ def _local_callee(func: cst.BaseExpression) -> str | None:
     return None
 
 
+def reads_one_batch(node: cst.Call) -> bool:
+    """`next(iter(loader))`, `next(loader_iter)`."""
+    return isinstance(node.func, cst.Name) and node.func.value == "next" and bool(node.args)
+
+
 def iterated_name(node: cst.BaseExpression) -> str | None:
     """The name a loop iterates, through `enumerate`, `tqdm`, `zip`'s first argument."""
     while isinstance(node, cst.Call) and node.args and \

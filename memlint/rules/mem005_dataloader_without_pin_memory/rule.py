@@ -13,7 +13,7 @@ from memlint.analysis.devices import (CudaReturns, creates_on_cuda, gives_no_hos
                                       is_cuda_device, run_with,
                                       moves_to_cuda, names_cuda_literally)
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
-                                    collate_moves_to_device, imported_callee,
+                                    collate_moves_to_device, imported_callee, reads_one_batch,
                                     iterated_name, local_owner, returns_its_argument)
 from memlint.analysis.names import (call_arg, dotted_name, has_star_kwargs,
                                     literal_bool)
@@ -28,17 +28,16 @@ from memlint.rules.rewrites import with_keyword
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
 #: collate_fn, pin_memory, ...)
 _PIN_MEMORY_POSITION = 7
+#: Other libraries' DataLoader subclasses that hand pin_memory on to PyTorch's
+#: (PyTorch Geometric's Batch objects pin like tensors)
+_SUBCLASSED_LOADERS = frozenset({"torch_geometric.loader.DataLoader",
+                                 "torch_geometric.data.DataLoader"})
 _COLLATE_POSITION = 6
 #: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
 _LOOKS = {"print", "len", "str", "repr", "type", "display"}
 #: Libraries whose data sets give host tensors.
 _HOST_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.",
                   "datasets.load_dataset")
-
-
-def _reads_one_batch(node: cst.Call) -> bool:
-    """`next(iter(loader))`, `next(loader_iter)`."""
-    return isinstance(node.func, cst.Name) and node.func.value == "next" and bool(node.args)
 
 
 class _Loader(NamedTuple):
@@ -196,6 +195,7 @@ class DataLoaderWithoutPinMemory(Rule):
         self.returned_names: set[str] = set()  # names a function returns (`return loader`)
         #: names handed to a function or class of another module, each with
         #: those callees as imported (module, name)
+        self.kept_in: dict[str, str | None] = {}  # `loaders.append(loader)`: loader -> loaders
         self.imported_callees: dict[tuple[str, cst.FunctionDef | None],
                                     set[tuple[str, str]]] = {}
         #: how often each identifier is read or written in the module, to tell a
@@ -262,12 +262,14 @@ class DataLoaderWithoutPinMemory(Rule):
             for passed in handed:
                 if callee is not None:
                     self.imported_callees.setdefault(passed, set()).add(callee)
-        if _reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "append":
+                self.kept_in.update((name, dotted_name(node.func.value)) for name, _ in handed)
+        if reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
             read = iterated_name(node.args[0].value)
             owner = local_owner(self.ctx, read) if read is not None else None
             self.single_batch_reads[(read, owner)] += 1
         copies = False
-        if self.ctx.qualify(node.func) in DATA_LOADERS:
+        if self.ctx.qualify(node.func) in DATA_LOADERS | _SUBCLASSED_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
             self._note_dataset_on_gpu()
@@ -398,14 +400,16 @@ class DataLoaderWithoutPinMemory(Rule):
                 continue  # the Dataset put its data on the GPU: MEM001's finding
             if self.first_copy is None:  # this module copies nothing to a CUDA device
                 callees = self.imported_callees.get((assigned, owner)) if assigned else None
-                if callees and not (escapes or assigned in self.returned_names):
+                escapes |= assigned in self.returned_names \
+                    or self.kept_in.get(assigned or "") in self.returned_names  # `loaders[0]`
+                if callees and not escapes:
                     # handed to another module's class (a `Trainer`) that may copy its batches
                     self.report(node, self.HANDED.format(loader=written, callees=", ".join(
                         sorted(f"'{name}'" for _, name in callees))), statement,
                         UnlessNoCalleeCopiesToCuda(self.facts.module, tuple(sorted(callees))),
                         fix=self._pin(loader))
                     continue
-                if not (escapes or assigned in self.returned_names):
+                if not escapes:
                     continue  # used where it is built: no importer iterates it
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
