@@ -564,3 +564,20 @@ def test_loaders_collected_in_a_returned_list_are_iterated_by_the_importer(
         "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
         "for data in train_loader:\n    data = data.to(device)\n")
     assert codes(tmp_path) == [("featurization.py", 5, "MEM005")]
+
+
+@pytest.mark.parametrize("move, reported", [(".float().to(self.dev)", True), (".numpy()", False)])
+def test_a_loader_kept_in_a_dict_on_the_object_for_a_subclass_to_iterate(
+        tmp_path, move, reported):
+    (tmp_path / "processor").mkdir()
+    (tmp_path / "processor" / "__init__.py").write_text("")
+    (tmp_path / "processor" / "processor.py").write_text(
+        "import torch\nclass Processor:\n    def __init__(self):\n        self.dev = 'cuda:0'\n"
+        "    def load_data(self):\n"
+        "        self.data_loader = dict()\n"
+        "        self.data_loader['train'] = torch.utils.data.DataLoader(Feeder(), batch_size=64)\n")
+    (tmp_path / "processor" / "recognition.py").write_text(
+        "from .processor import Processor\nclass REC_Processor(Processor):\n"
+        "    def train(self):\n        for data, label in self.data_loader['train']:\n"
+        f"            data = data{move}\n            self.model(data)\n")
+    assert codes(tmp_path) == ([("processor.py", 7, "MEM005")] if reported else [])

@@ -106,7 +106,7 @@ class ValueFlows:
         if class_def is None or function is None:
             return None
         bound = self.ctx.binding(iterated) if "." not in iterated else None
-        source = iterated_name(bound) if bound is not None else iterated
+        source = (iterated_name(bound) or root_name(bound)) if bound is not None else iterated
         params = function.params
         given = (source or "").startswith("self.") or source == "self" or any(
             p.name.value == source for p in (*params.posonly_params, *params.params,

@@ -10,13 +10,11 @@ import libcst as cst
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
 from memlint.analysis.devices import (CudaReturns, creates_on_cuda, gives_no_host_tensors,
-                                      is_cuda_device, run_with,
-                                      moves_to_cuda, names_cuda_literally)
+                                      is_cuda_device, moves_to_cuda, names_cuda_literally, run_with)
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
-                                    collate_moves_to_device, imported_callee, reads_one_batch,
-                                    iterated_name, local_owner, returns_its_argument)
-from memlint.analysis.names import (call_arg, dotted_name, has_star_kwargs,
-                                    literal_bool)
+                                    collate_moves_to_device, imported_callee, iterated_name,
+                                    local_owner, reads_one_batch, returns_its_argument, root_name)
+from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs, literal_bool
 from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoCalleeCopiesToCuda, UnlessNoImporterCopiesToCuda,
                                       UnlessProjectOnCpu)
@@ -314,11 +312,12 @@ class DataLoaderWithoutPinMemory(Rule):
         dataset_class = dotted_name(dataset_value.func) \
             if isinstance(dataset_value, cst.Call) else None
         parent = self.ctx.parent
-        assigned = dotted_name(parent.targets[0].target) \
+        target = parent.targets[0].target \
             if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
-        escapes = self.ctx.function is not None and (
+        assigned = dotted_name(target) if target is not None else None
+        escapes = self.ctx.function is not None and (  # returned, or kept on the object
             any(isinstance(a, cst.Return) for a in self.ctx.ancestors)
-            or (assigned or "").startswith("self."))
+            or (target is not None and root_name(target) == "self"))
         owner = self.ctx.function if assigned is not None and "." not in assigned else None
         source = (self.ctx.qualify(dataset_value.func) or "") \
             if isinstance(dataset_value, cst.Call) else ""
