@@ -69,6 +69,9 @@ class Flow:
     #: for a loop in a method: its class, when what it iterates was handed to
     #: the object (a parameter, an attribute of `self`), not built right there
     fed_class: str | None = None
+    #: names a comprehension binds to parts of them (`{k: v.to(device) for k, v
+    #: in batch.items()}`): followed only for a copy made right there
+    in_comprehensions: set[str] = field(default_factory=set)
 
 
 class ValueFlows:
@@ -136,8 +139,8 @@ class ValueFlows:
         while comp_for is not None:
             root = part_of(comp_for.iter)
             for flow in self._open_flows():
-                if root in flow.names:
-                    flow.names.update(names_in(comp_for.target))
+                if root in flow.names or root in flow.in_comprehensions:
+                    flow.in_comprehensions.update(names_in(comp_for.target))
             comp_for = comp_for.inner_for_in
 
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _visit_comprehension
@@ -181,6 +184,9 @@ class ValueFlows:
         # each argument's root once, not once per followed name (this runs for
         # every call inside every function of a file that moves tensors)
         roots = [part_of(arg.value) for arg in node.args]
+        if receiver is not None and moves_to_cuda(node, self.ctx):
+            for flow in self._open_flows():
+                flow.moved |= receiver in flow.in_comprehensions
         flows = [f for f in self._open_flows()
                  if receiver in f.names or any(r in f.names for r in roots)]
         if not flows:

@@ -84,9 +84,14 @@ class ModuleFacts:
     hides_gpus: bool = False
 
     @property
+    def on_cpu_as_written(self) -> bool:
+        """Hides every GPU from itself, or its settings say CUDA is off."""
+        return self.hides_gpus or bool(self.cuda_off_settings)
+
+    @property
     def cuda_by_default(self) -> bool:
-        """Mentions CUDA and does not hide every GPU from itself."""
-        return self.mentions_cuda and not self.hides_gpus
+        """Mentions CUDA, and is not on the CPU as written."""
+        return self.mentions_cuda and not self.on_cpu_as_written
     calls: list[CallFact] = field(default_factory=list)
     #: what its top-level functions return, as MEM003's autograd tracer saw
     #: them (files it walks: those with a loop): True a value with autograd
@@ -582,11 +587,12 @@ class Project:
         transitively) may run CUDA code; True when that cannot be told. A
         device behind an option (`--cuda`, `--accel`) is CUDA: the program
         runs on the GPU when used as intended. A file checked alone is judged
-        by its own code: CPU only where it hides every GPU from itself."""
+        by its own code: CPU only where it hides every GPU from itself or its
+        settings are written as CUDA off (`Namespace(cuda=False)`)."""
         if module is None or module not in self._by_name:
             return True
         if self.look_around:
-            return not self._by_name[module].hides_gpus
+            return not self._by_name[module].on_cpu_as_written
         component = self._components[module]
         cuda = self._component_cuda.get(component)
         if cuda is None:

@@ -26,10 +26,6 @@ from memlint.rules.rewrites import with_keyword
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
 #: collate_fn, pin_memory, ...)
 _PIN_MEMORY_POSITION = 7
-#: Other libraries' DataLoader subclasses that hand pin_memory on to PyTorch's
-#: (PyTorch Geometric's Batch objects pin like tensors)
-_SUBCLASSED_LOADERS = frozenset({"torch_geometric.loader.DataLoader",
-                                 "torch_geometric.data.DataLoader"})
 _COLLATE_POSITION = 6
 #: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
 _LOOKS = {"print", "len", "str", "repr", "type", "display"}
@@ -267,7 +263,7 @@ class DataLoaderWithoutPinMemory(Rule):
             owner = local_owner(self.ctx, read) if read is not None else None
             self.single_batch_reads[(read, owner)] += 1
         copies = False
-        if self.ctx.qualify(node.func) in DATA_LOADERS | _SUBCLASSED_LOADERS:
+        if self.ctx.qualify(node.func) in DATA_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
             self._note_dataset_on_gpu()
