@@ -28,13 +28,13 @@ class _Probe:
 
 def device_of_to(source: str) -> bool | None:
     from memlint.analysis.fact_collector import FactCollector
-    from memlint.analysis.project import ModuleFacts, cpu_default_options
+    from memlint.analysis.project import ModuleFacts
     ctx = Context(ImportTable(), "example.py")
-    facts = ModuleFacts("example.py", "example", True, cpu_default_options=cpu_default_options(source))
-    ctx.analyses[FactCollector] = FactCollector(ctx, facts)
+    facts = ModuleFacts("example.py", "example", True)
+    collector = ctx.analyses[FactCollector] = FactCollector(ctx, facts)
     probe = _Probe(ctx)
     walk(cst.parse_module(textwrap.dedent(source)), ctx,
-         handlers_for([probe], "visit_"), handlers_for([probe], "leave_"))
+         handlers_for([collector, probe], "visit_"), handlers_for([collector, probe], "leave_"))
     assert len(probe.answers) == 1
     return probe.answers[0]
 
@@ -54,9 +54,15 @@ def device_of_to(source: str) -> bool | None:
     ('import torch\ndef train(args):\n    x.to(args.device)', True),
     ('import torch\nfrom utils import get_device\nd = get_device()\nx.to(d)', True),
     ('import torch\nx.to(torch.float16)', False),
-    # an option whose default is the CPU, declared below the code that reads it
+    # a device option whose default is the CPU: CUDA when run as meant (`--device cuda`)
     ('import torch\ndef train(args):\n    x.to(args.device)\n'
-     'parser.add_argument("--device", type=str, default="cpu", help="cpu or cuda")', False),
+     'parser.add_argument("--device", type=str, default="cpu", help="cpu or cuda")', True),
+    # a device chosen by an opt-in flag is CUDA when run with it
+    ('import torch\np.add_argument("--cuda", action="store_true")\n'
+     'd = torch.device("cuda" if args.cuda else "cpu")\nx.to(d)', True),
+    # ... and the CPU where a setting is written as off
+    ('import torch\nfrom argparse import Namespace\nargs = Namespace(cuda=False)\n'
+     'd = torch.device("cuda" if args.cuda else "cpu")\nx.to(d)', False),
     ('import torch\ndef train(args):\n    x.to(args.device)\n'
      'parser.add_argument("--device", type=str, default="cuda")', True),
     ('import torch\nx.to(other.device)', None),

@@ -177,15 +177,21 @@ PLAY = ("import argparse, torch\np = argparse.ArgumentParser()\n"
         "net = Net().to(device)\nnet.load_state_dict(torch.load(args.model))\n")
 
 
-@pytest.mark.parametrize("flag, reported", [
-    ("action='store_true'", False),                 # CUDA only when asked: CPU by default
-    ("default=False, action='store_true'", False),
-    ("action='store_false'", True),                 # on unless turned off
-    ("action='store_true', default=True", True),
+@pytest.mark.parametrize("flag", [
+    "action='store_true'",                  # CUDA when asked: how the program is meant to run
+    "default=False, action='store_true'",
+    "action='store_false'",                 # on unless turned off
+    "action='store_true', default=True",
 ])
-def test_cuda_behind_an_option_that_is_off_by_default_is_cpu_code(tmp_path, flag, reported):
+def test_cuda_behind_an_option_is_where_the_program_is_meant_to_run(tmp_path, flag):
     (tmp_path / "play.py").write_text(PLAY.format(flag=flag))
-    assert [code for _, _, code in codes(tmp_path)] == (["MEM007"] if reported else [])
+    assert [code for _, _, code in codes(tmp_path)] == ["MEM007"]
+
+
+def test_a_program_that_hides_every_gpu_is_cpu_code(tmp_path):
+    (tmp_path / "play.py").write_text("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '-1'\n"
+                                      + PLAY.format(flag="action='store_false'"))
+    assert codes(tmp_path) == []
 
 
 POLICY = ("import torch\nclass Policy:\n    def __init__(self, actor):\n        self.actor = actor.cuda()\n"
@@ -409,14 +415,15 @@ SUPER_RESOLUTION = (
     "    x, y = batch[0].to(device), batch[1].to(device)\n")
 
 
-@pytest.mark.parametrize("option, reported", [
-    ("accel", False),      # pytorch/examples: the accelerator only when asked
-    ("verbose", True),     # not a device switch: the accelerator whenever there is one
+@pytest.mark.parametrize("option, when", [
+    ("accel", " when run with --accel"),  # pytorch/examples: the accelerator when asked
+    ("verbose", ""),                      # not a device switch: whenever there is one
 ])
-def test_an_accelerator_behind_an_option_that_is_off_by_default_is_cpu_code(
-        tmp_path, option, reported):
+def test_an_accelerator_behind_an_option_is_reported_with_the_option(tmp_path, option, when):
     (tmp_path / "main.py").write_text(SUPER_RESOLUTION.format(option=option))
-    assert [code for _, _, code in codes(tmp_path)] == (["MEM005"] if reported else [])
+    [finding] = check_paths([str(tmp_path)], jobs=1).findings
+    assert finding.code == "MEM005"
+    assert f"copies batches to a CUDA device{when}:" in finding.message
 
 
 WAVE_U_NET = ("import argparse, torch\nfrom torch.utils.data import DataLoader\n"
@@ -426,14 +433,16 @@ WAVE_U_NET = ("import argparse, torch\nfrom torch.utils.data import DataLoader\n
               "for x, y in loader:\n    if args.cuda:\n        x = x.cuda()\n")
 
 
-@pytest.mark.parametrize("flag, reported", [
-    ("action='store_true'", False),   # Wave-U-Net: the GPU only when asked
-    ("action='store_false'", True),   # on unless turned off
+@pytest.mark.parametrize("flag, hidden, reported", [
+    ("action='store_true'", "", True),    # Wave-U-Net: the GPU when asked, as meant
+    ("action='store_false'", "", True),   # on unless turned off
+    ("action='store_true'", "import os\nos.environ['CUDA_VISIBLE_DEVICES'] = ''\n", False),
 ])
-def test_a_file_checked_alone_whose_cuda_is_opt_in_is_cpu_code(tmp_path, flag, reported):
+def test_a_file_checked_alone_is_cpu_code_only_where_it_hides_the_gpus(
+        tmp_path, flag, hidden, reported):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     train = tmp_path / "train.py"
-    train.write_text(WAVE_U_NET.format(flag=flag))
+    train.write_text(hidden + WAVE_U_NET.format(flag=flag))
     found = [f.code for f in check_paths([str(train)], jobs=1).findings]
     assert found == (["MEM005"] if reported else [])
 
@@ -496,3 +505,74 @@ def test_a_get_method_of_the_programs_own_object_is_judged_by_its_definition(
     (tmp_path / "trainer.py").write_text(TRAINER)
     found = [c for c in codes(tmp_path) if c[2] == "MEM003"]
     assert found == ([("trainer.py", 15, "MEM003")] if reported else [])
+
+
+BATCH_TRAINER = ("import torch\nclass Trainer:\n"
+           "    def __init__(self, model, train_loader):\n"
+           "        self.device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+           "        self.model = model.to(self.device)\n        self.train_data = train_loader\n"
+           "    def train(self):\n        self.iteration(self.train_data)\n"
+           "    def iteration(self, loader):\n"
+           "        for batch in loader:\n"
+           "            batch = {k: v.{move} for k, v in batch.items()}\n"
+           "            self.model(**batch)\n")
+
+
+@pytest.mark.parametrize("move, reported", [
+    ("to(self.device)", True),   # BERT-pytorch: the trainer copies every batch to the GPU
+    ("numpy()", False),          # the trainer keeps its batches on the host
+])
+def test_a_loader_handed_to_a_trainer_class_of_another_file(tmp_path, move, reported):
+    package = tmp_path / "pkg"
+    (package / "trainer").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "trainer" / "__init__.py").write_text("from .pretrain import Trainer\n")
+    (package / "trainer" / "pretrain.py").write_text(BATCH_TRAINER.replace("{move}", move))
+    (package / "__main__.py").write_text(
+        "from torch.utils.data import DataLoader\nfrom .trainer import Trainer\n"
+        "def main():\n    loader = DataLoader(ds, batch_size=32, num_workers=4)\n"
+        "    Trainer(model, train_loader=loader).train()\n")
+    assert codes(tmp_path) == ([("__main__.py", 4, "MEM005")] if reported else [])
+
+
+@pytest.mark.parametrize("move, reported", [("to(self.device)", True), ("numpy()", False)])
+def test_a_loader_returned_to_a_script_that_hands_it_to_a_trainer(tmp_path, move, reported):
+    (tmp_path / "data_loader.py").write_text(
+        "from torch.utils import data\ndef get_loader(path):\n"
+        "    return data.DataLoader(Folder(path), batch_size=8, num_workers=2)\n")
+    (tmp_path / "solver.py").write_text(BATCH_TRAINER.replace("{move}", move))
+    (tmp_path / "main.py").write_text(
+        "from solver import Trainer\nfrom data_loader import get_loader\n"
+        "Trainer(model, get_loader('train')).train()\n")
+    assert codes(tmp_path) == ([("data_loader.py", 3, "MEM005")] if reported else [])
+
+
+def test_loaders_collected_in_a_returned_list_are_iterated_by_the_importer(tmp_path):
+    (tmp_path / "featurization.py").write_text(
+        "from torch.utils.data import DataLoader\ndef construct_loader(modes):\n    loaders = []\n"
+        "    for mode in modes:\n"
+        "        loader = DataLoader(Confs(mode), batch_size=16, pin_memory=False)\n"
+        "        loaders.append(loader)\n    return loaders\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom featurization import construct_loader\n"
+        "train_loader, val_loader = construct_loader(['train', 'val'])\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "for data in train_loader:\n    data = data.to(device)\n")
+    assert codes(tmp_path) == [("featurization.py", 5, "MEM005")]
+
+
+@pytest.mark.parametrize("move, reported", [(".float().to(self.dev)", True), (".numpy()", False)])
+def test_a_loader_kept_in_a_dict_on_the_object_for_a_subclass_to_iterate(
+        tmp_path, move, reported):
+    (tmp_path / "processor").mkdir()
+    (tmp_path / "processor" / "__init__.py").write_text("")
+    (tmp_path / "processor" / "processor.py").write_text(
+        "import torch\nclass Processor:\n    def __init__(self):\n        self.dev = 'cuda:0'\n"
+        "    def load_data(self):\n"
+        "        self.data_loader = dict()\n"
+        "        self.data_loader['train'] = torch.utils.data.DataLoader(Feeder(), batch_size=64)\n")
+    (tmp_path / "processor" / "recognition.py").write_text(
+        "from .processor import Processor\nclass REC_Processor(Processor):\n"
+        "    def train(self):\n        for data, label in self.data_loader['train']:\n"
+        f"            data = data{move}\n            self.model(data)\n")
+    assert codes(tmp_path) == ([("processor.py", 7, "MEM005")] if reported else [])

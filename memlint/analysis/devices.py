@@ -16,8 +16,10 @@ from memlint.analysis.context import Context
 from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.project import ModuleFacts
 from memlint.analysis.torch_api import (CUDA_TENSOR_TYPES, CURRENT_CUDA_DEVICE, DEVICE_FACTORIES,
-                                        DEVICE_FACTORY, HOST_COPIES)
+                                        DEVICE_FACTORY, HOST_COPIES, INDEX_RANGES,
+                                        TENSOR_DATASETS)
 
 #: Names that hold the training device in real code when their binding is not visible.
 CONVENTIONAL_DEVICE_NAMES = {"device", "dev", "cuda_device", "gpu", "self.device",
@@ -62,9 +64,11 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
     if isinstance(node, cst.Integer):
         return True  # `.to(0)`, `.cuda(1)`: a CUDA ordinal
     if isinstance(node, cst.IfExp):
-        if _tests_opt_in_option(node.test, ctx):
-            # `"cuda" if args.cuda else "cpu"` with `--cuda` off unless given: the CPU
+        if _tests_setting_off(node.test, ctx):
+            # `"cuda" if args.cuda else "cpu"` with `Namespace(cuda=False)`: the CPU as written
             return is_cuda_device(node.orelse, ctx, depth + 1)
+        # `"cuda" if args.cuda else "cpu"` with a `--cuda` option: the GPU when
+        # run as meant, so a CUDA arm makes it a CUDA device
         branches = (is_cuda_device(node.body, ctx, depth + 1),
                     is_cuda_device(node.orelse, ctx, depth + 1))
         if True in branches:
@@ -101,35 +105,43 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
     bound = ctx.binding(name)
     if bound is not None:
         return is_cuda_device(bound, ctx, depth + 1)
-    if "." in name and _cpu_by_default(name.rsplit(".", 1)[-1], ctx):
-        return False  # `args.device` of `add_argument("--device", default="cpu")`
     if name in CONVENTIONAL_DEVICE_NAMES or name.rsplit(".", 1)[-1] in CONVENTIONAL_DEVICE_NAMES:
         # in a program written only for TPUs the conventional name holds the XLA device
         return None if ctx.names.imports("torch_xla") and not _file_mentions_cuda(ctx) else True
     return None
 
 
-def _tests_opt_in_option(test: cst.BaseExpression, ctx: Context) -> bool:
+def _tests_setting_off(test: cst.BaseExpression, ctx: Context) -> bool:
     """`args.cuda` (or `args.cuda and torch.cuda.is_available()`) where this
-    file declares `--cuda` as an option that is off unless given."""
+    file writes that setting as False (`Namespace(cuda=False)`)."""
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _tests_opt_in_option(test.left, ctx) or _tests_opt_in_option(test.right, ctx)
+        return _tests_setting_off(test.left, ctx) or _tests_setting_off(test.right, ctx)
     name = dotted_name(test) or ""
     return ctx.facts is not None and "." in name \
-        and name.rsplit(".", 1)[-1] in ctx.facts.cuda_opt_in
+        and name.rsplit(".", 1)[-1] in ctx.facts.cuda_off_settings
 
 
-def _cpu_by_default(option: str, ctx: Context) -> bool:
-    return ctx.facts is not None and option in ctx.facts.cpu_default_options
+def run_with(facts: ModuleFacts) -> str:
+    """` when run with --accel` where the file's GPU is behind an option that
+    is off unless given: the program runs there when used as meant."""
+    options = sorted(facts.cuda_options)
+    return f" when run with --{options[0]}" if options else ""
 
 
 def _file_mentions_cuda(ctx: Context) -> bool:
     return ctx.facts is None or ctx.facts.mentions_cuda
 
 
-def cuda_tensor_type(node: cst.BaseExpression, ctx: Context) -> bool:
-    """`torch.cuda.FloatTensor`, or a name bound to it (`Tensor = torch.cuda.FloatTensor`)."""
+def cuda_tensor_type(node: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool:
+    """`torch.cuda.FloatTensor`, or a name bound to it (`Tensor =
+    torch.cuda.FloatTensor`, `self.dtype = torch.cuda.FloatTensor`), also as
+    one arm of a choice (`torch.cuda.FloatTensor if cuda else
+    torch.FloatTensor`: the GPU type when run as meant)."""
     node = ctx.resolve(node)
+    if isinstance(node, cst.IfExp):
+        return depth < 4 and not _tests_setting_off(node.test, ctx) and (
+            cuda_tensor_type(node.body, ctx, depth + 1)
+            or cuda_tensor_type(node.orelse, ctx, depth + 1))
     qualified = ctx.qualify(node) or ""
     return (qualified.startswith("torch.cuda.")
             and qualified.rsplit(".", 1)[-1] in CUDA_TENSOR_TYPES)
@@ -430,6 +442,19 @@ def made_by_a_forward(value: cst.BaseExpression, ctx: Context, depth: int = 0) -
     if site.unpacked_from is not None:
         return made_by_a_forward(site.unpacked_from, ctx, depth)
     return site.value is not value and made_by_a_forward(site.value, ctx, depth)
+
+
+def gives_no_host_tensors(dataset: cst.BaseExpression, ctx: Context) -> bool:
+    """A data set whose items are not host tensors: indices (`range(n)`,
+    `torch.arange(n)`) into data kept elsewhere, or a `TensorDataset` of
+    tensors already on a GPU (`TensorFloat(X)` of a CUDA tensor type)."""
+    if not isinstance(dataset, cst.Call):
+        return False
+    qualified = ctx.qualify(dataset.func) or dotted_name(dataset.func) or ""
+    if qualified in INDEX_RANGES:
+        return True
+    return qualified in TENSOR_DATASETS and any(held_on_cuda(arg.value, ctx)
+                                                for arg in dataset.args)
 
 
 def names_cuda_literally(call: cst.Call) -> bool:

@@ -7,7 +7,7 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import AutogradValues
 from memlint.analysis.context import Context
-from memlint.analysis.gpu_selection import sets_current_device
+from memlint.analysis.gpu_selection import hides_gpus, sets_current_device
 from memlint.analysis.module_index import names_grad_off
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import CallFact, ModuleFacts
@@ -98,6 +98,7 @@ class FactCollector:
     def visit_Assign(self, node: cst.Assign) -> None:
         if type(node.targets[0].target) is cst.Subscript:
             self._note_device_setter(node)
+            self.facts.hides_gpus |= hides_gpus(node, self.ctx)
 
     def _note_device_setter(self, node: cst.CSTNode) -> None:
         function = self.ctx.function
@@ -125,7 +126,8 @@ class FactCollector:
             self._functions[-1][0].append((method, self.ctx.grad_disabled))
 
     def _note_cuda_option(self, node: cst.Call) -> None:
-        """`parser.add_argument("--cuda", action="store_true")`: CUDA only when asked."""
+        """`parser.add_argument("--cuda", action="store_true")`: the switch a
+        user gives to run on the GPU, named in findings."""
         action = next((a.value for a in node.args
                        if a.keyword and a.keyword.value == "action"), None)
         default = next((a.value for a in node.args
@@ -138,17 +140,17 @@ class FactCollector:
             if arg.keyword is None and isinstance(arg.value, cst.SimpleString):
                 option = str(arg.value.evaluated_value).lstrip("-").replace("-", "_")
                 if option in _CUDA_OPTIONS:
-                    self.facts.cuda_opt_in.add(option)
+                    self.facts.cuda_options.add(option)
 
     def _note_cuda_setting(self, node: cst.Call) -> None:
         """`args = Namespace(..., cuda=False)`: a notebook's settings, CUDA off
-        as written (the PyTorch NLP book's chapters), like an opt-in option."""
+        as written (the PyTorch NLP book's chapters): a value, not an option."""
         if self.ctx.qualify(node.func) not in ("argparse.Namespace", "types.SimpleNamespace"):
             return
         for arg in node.args:
             if arg.keyword is not None and arg.keyword.value in _CUDA_OPTIONS \
                     and isinstance(arg.value, cst.Name) and arg.value.value == "False":
-                self.facts.cuda_opt_in.add(arg.keyword.value)
+                self.facts.cuda_off_settings.add(arg.keyword.value)
 
 
 #: Options that turn the GPU on (`--no-cuda`, `--cpu` turn it off: CUDA by default).

@@ -14,6 +14,7 @@ that function does in its own file.
 
 from __future__ import annotations
 
+import builtins
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,8 +24,9 @@ import libcst as cst
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
+from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.models import built_kind, unchained
-from memlint.analysis.names import dotted_name
+from memlint.analysis.names import call_arg, dotted_name
 
 GPU, STAY, UNKNOWN = "gpu", "stay", "unknown"
 
@@ -32,6 +34,8 @@ GPU, STAY, UNKNOWN = "gpu", "stay", "unknown"
 HARMLESS_BUILTINS = {"print", "len", "str", "repr", "int", "float", "bool", "isinstance", "type",
                      "enumerate", "zip", "range", "list", "tuple", "dict", "set", "sorted",
                      "min", "max", "sum", "any", "all", "next", "iter", "hasattr", "getattr"}
+#: Python's own functions (`ord`, `round`): none puts a tensor on a GPU.
+_PYTHON_BUILTINS = frozenset(dir(builtins))
 #: Libraries that never put what they are given on a GPU.
 _HOST_LIBRARIES = ("numpy.", "scipy.", "PIL.", "cv2.", "math.", "skimage.", "sklearn.",
                    "medpy.", "matplotlib.", "pandas.", "imageio.", "SimpleITK.", "nibabel.",
@@ -62,6 +66,12 @@ class Flow:
     #: the function whose parameter or local variable the loop iterates (None:
     #: a global, an attribute): a loader local to another function is another loader
     owner: cst.FunctionDef | None = None
+    #: for a loop in a method: its class, when what it iterates was handed to
+    #: the object (a parameter, an attribute of `self`), not built right there
+    fed_class: str | None = None
+    #: names a comprehension binds to parts of them (`{k: v.to(device) for k, v
+    #: in batch.items()}`): followed only for a copy made right there
+    in_comprehensions: set[str] = field(default_factory=set)
 
 
 class ValueFlows:
@@ -87,9 +97,24 @@ class ValueFlows:
                 flow.names.update(names_in(node.target))
         iterated = iterated_name(node.iter)
         if iterated is not None:
-            loop = Flow(iterated, set(names_in(node.target)), owner=local_owner(self.ctx, iterated))
+            loop = Flow(iterated, set(names_in(node.target)), owner=local_owner(self.ctx, iterated),
+                        fed_class=self._fed_class(iterated))
             self.loops.append(loop)
             self._open[node] = [loop]
+
+    def _fed_class(self, iterated: str) -> str | None:
+        """The class of the method this loop is in, when it iterates what the
+        object was given: a parameter, `self.loader`, a name bound to one."""
+        class_def, function = self.ctx.class_def, self.ctx.function
+        if class_def is None or function is None:
+            return None
+        bound = self.ctx.binding(iterated) if "." not in iterated else None
+        source = (iterated_name(bound) or root_name(bound)) if bound is not None else iterated
+        params = function.params
+        given = (source or "").startswith("self.") or source == "self" or any(
+            p.name.value == source for p in (*params.posonly_params, *params.params,
+                                             *params.kwonly_params))
+        return class_def.name.value if given else None
 
     def leave_For(self, node: cst.For) -> None:
         self._open.pop(node, None)
@@ -104,12 +129,21 @@ class ValueFlows:
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._open.pop(node, None)
 
-    def visit_CompFor(self, node: cst.CompFor) -> None:
-        """`[t.to(device) for t in batch]`: the element is a part of the batch."""
-        root = root_name(node.iter)
-        for flow in self._open_flows():
-            if root in flow.names:
-                flow.names.update(names_in(node.target))
+    def _visit_comprehension(self, node: cst.BaseComp | cst.DictComp) -> None:
+        """`[t.to(device) for t in batch]`, `{k: v.to(device) for k, v in
+        batch.items()}`: the element is a part of the batch (seen before the
+        element, which the walk visits first)."""
+        if not self._open:
+            return
+        comp_for: cst.CompFor | None = node.for_in
+        while comp_for is not None:
+            root = part_of(comp_for.iter)
+            for flow in self._open_flows():
+                if root in flow.names or root in flow.in_comprehensions:
+                    flow.in_comprehensions.update(names_in(comp_for.target))
+            comp_for = comp_for.inner_for_in
+
+    visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _visit_comprehension
 
     def leave_Assign(self, node: cst.Assign) -> None:
         """`x, y = batch`, `x = batch["image"]`, `x = x.float()`: parts of a
@@ -150,12 +184,17 @@ class ValueFlows:
         # each argument's root once, not once per followed name (this runs for
         # every call inside every function of a file that moves tensors)
         roots = [part_of(arg.value) for arg in node.args]
+        if receiver is not None and moves_to_cuda(node, self.ctx):
+            for flow in self._open_flows():
+                flow.moved |= receiver in flow.in_comprehensions
         flows = [f for f in self._open_flows()
                  if receiver in f.names or any(r in f.names for r in roots)]
         if not flows:
             return
-        if isinstance(func, cst.Name) and func.value in HARMLESS_BUILTINS:
-            flows = [f for f in flows if receiver in f.names]
+        if isinstance(func, cst.Name) and (func.value in HARMLESS_BUILTINS or (
+                func.value in _PYTHON_BUILTINS and func.value not in self.functions
+                and self.ctx.binding(func.value) is None)):
+            flows = [f for f in flows if receiver in f.names]  # `ord(c)`: Python's own
         moved = moves_to_cuda(node, self.ctx) if receiver is not None else False
         imported = self.ctx.qualify(func)  # `from val_2D import test_single_volume`
         local = self._callee(func) if imported is None else None
@@ -230,6 +269,13 @@ class ValueFlows:
         if GPU in verdicts:
             return GPU, []
         return (UNKNOWN if UNKNOWN in verdicts else STAY), handed_out
+
+    def batch_movers(self) -> set[str]:
+        """The classes of this module that copy to a CUDA device the batches
+        of a loader they are given (`Solver(config, train_loader)` whose
+        `train()` runs `images.to(self.device)` over `self.train_loader`)."""
+        return {loop.fed_class for loop in self.loops
+                if loop.fed_class is not None and self.verdict(loop)[0] == GPU}
 
     def parameter_facts(self) -> dict[str, tuple[str, ...]]:
         """Per function of this module defined once, per positional
@@ -316,6 +362,11 @@ def _local_callee(func: cst.BaseExpression) -> str | None:
     return None
 
 
+def reads_one_batch(node: cst.Call) -> bool:
+    """`next(iter(loader))`, `next(loader_iter)`."""
+    return isinstance(node.func, cst.Name) and node.func.value == "next" and bool(node.args)
+
+
 def iterated_name(node: cst.BaseExpression) -> str | None:
     """The name a loop iterates, through `enumerate`, `tqdm`, `zip`'s first argument."""
     while isinstance(node, cst.Call) and node.args and \
@@ -335,3 +386,38 @@ def returns_its_argument(params: cst.Parameters, body: Sequence[cst.CSTNode]) ->
         statement = statement.body[0]
     value = statement.value if isinstance(statement, cst.Return) else statement
     return isinstance(value, cst.Name) and value.value == name
+
+
+#: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, ...)
+_COLLATE_POSITION = 6
+
+
+def collate_moves_to_device(loader: cst.Call, ctx: Context) -> bool:
+    """`collate_fn=partial(collate, device=device)`: the collate function is
+    given the training device, so the batches it returns are already there
+    (also when every branch of an `if`/`elif`/`else` binds it so)."""
+    collate = call_arg(loader, "collate_fn", position=_COLLATE_POSITION)
+    value = ctx.resolve(collate.value) if collate is not None else None
+    choices, pending = [], [value]
+    while pending:  # `if/elif/else` bindings nest: IfExp(IfExp(a, b), c)
+        choice = pending.pop()
+        if isinstance(choice, cst.IfExp):
+            pending += [choice.body, choice.orelse]
+        else:
+            choices.append(choice)
+    return all(isinstance(c, cst.Call) and ctx.qualify(c.func) == "functools.partial"
+               and call_arg(c, "device") is not None for c in choices)
+
+
+def imported_callee(call: cst.Call, ctx: Context) -> tuple[str, str] | None:
+    """(the module as the import names it, the name) of a call of another
+    module's function or class (`BERTTrainer(...)` of `from .trainer import
+    BERTTrainer`: `(".trainer", "BERTTrainer")`), whose summary the project
+    holds; None for this module's own names and PyTorch's."""
+    collector = FactCollector.of(ctx)
+    written = dotted_name(call.func)
+    imported = collector.imported_name(written) if collector and written else None
+    if imported is None or "." not in imported or imported.startswith("torch."):
+        return None
+    owner, _, name = imported.rpartition(".")
+    return owner, name

@@ -47,6 +47,45 @@ def _environ_key(node: cst.BaseExpression, ctx: Context) -> str | None:
 BY_INDEX = "picks a CUDA device by index"
 
 
+def tests_a_handed_device(ctx: Context) -> cst.If | None:
+    """The `if` around here whose test checks a parameter of the enclosing
+    function for a CUDA device (`if "cuda" in device:`, `device.type ==
+    "cuda"`, `device.startswith("cuda")`): the function is handed the device
+    (`--device cuda:1` reaches it), so work on the current one ignores it."""
+    function = ctx.function
+    if function is None:
+        return None
+    params = {p.name.value for p in (*function.params.posonly_params, *function.params.params,
+                                     *function.params.kwonly_params)}
+    ancestors = ctx.ancestors
+    for i in range(len(ancestors) - 2, -1, -1):
+        branch = ancestors[i]
+        if branch is function:
+            return None
+        if type(branch) is cst.If and ancestors[i + 1] is branch.body \
+                and _checks_for_cuda(branch.test) in params:
+            return branch
+    return None
+
+
+def _checks_for_cuda(test: cst.BaseExpression) -> str | None:
+    """The name a test checks for CUDA: `"cuda" in d`, `d.type == "cuda"`,
+    `d.startswith("cuda")`."""
+    if type(test) is cst.Comparison and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        sides = (test.left, target.comparator)
+        if type(target.operator) is cst.In and (string_value(sides[0]) or "") == "cuda":
+            return dotted_name(sides[1])
+        if type(target.operator) is cst.Equal and (string_value(sides[1]) or "") == "cuda" \
+                and type(sides[0]) is cst.Attribute and sides[0].attr.value == "type":
+            return dotted_name(sides[0].value)
+    if type(test) is cst.Call and type(test.func) is cst.Attribute \
+            and test.func.attr.value == "startswith" and test.args \
+            and (string_value(test.args[0].value) or "") == "cuda":
+        return dotted_name(test.func.value)
+    return None
+
+
 def selects_a_gpu(node: cst.CSTNode, ctx: Context) -> str | None:
     """What in `node` shows the program picks a GPU per process (None if
     nothing): a launcher's rank read from the environment or a process group
@@ -103,6 +142,15 @@ def sets_current_device(node: cst.CSTNode, ctx: Context) -> bool:
         return any(type(t.target) is cst.Subscript and _environ_key(t.target, ctx) == CUDA_VISIBLE
                    for t in node.targets)
     return False
+
+
+def hides_gpus(node: cst.Assign, ctx: Context) -> bool:
+    """`os.environ["CUDA_VISIBLE_DEVICES"] = ""` (or `"-1"`): the process sees
+    no GPU, so every "cuda" device it names is never reached."""
+    hidden = string_value(node.value)
+    return hidden is not None and hidden.strip() in ("", "-1") and any(
+        type(t.target) is cst.Subscript and _environ_key(t.target, ctx) == CUDA_VISIBLE
+        for t in node.targets)
 
 
 def under_device_guard(ctx: Context) -> bool:

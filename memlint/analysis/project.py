@@ -65,20 +65,33 @@ class ModuleFacts:
     #: it is given reaches a CUDA device as it is ("gpu"), stays on the host
     #: ("stay"), or cannot be told ("unknown") (see `analysis/flows.py`)
     parameter_flows: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: classes defined here that copy the batches of a loader they are given
+    #: to a CUDA device (`analysis/flows.py`)
+    batch_movers: set[str] = field(default_factory=set)
     #: method names this file calls (`self.policy.evaluate_actions(...)`), each
     #: with whether every such call sits in a function that back-propagates or
     #: runs with grad disabled
     method_calls: dict[str, bool] = field(default_factory=dict)
     #: the command-line options that turn CUDA on and are off by default
-    #: (`add_argument("--cuda", action="store_true")`): its CUDA code is opt-in
-    cuda_opt_in: set[str] = field(default_factory=set)
-    #: options whose default is the CPU (`add_argument("--device", default="cpu")`)
-    cpu_default_options: set[str] = field(default_factory=set)
+    #: (`add_argument("--accel", action="store_true")`): the program runs on
+    #: the GPU when used as intended; findings say "when run with --accel"
+    cuda_options: set[str] = field(default_factory=set)
+    #: settings written as CUDA off (`args = Namespace(cuda=False)`): a device
+    #: chosen by one is the CPU as the code is written
+    cuda_off_settings: set[str] = field(default_factory=set)
+    #: hides every GPU from the process before CUDA starts
+    #: (`os.environ["CUDA_VISIBLE_DEVICES"] = ""` or `"-1"`): a CPU program
+    hides_gpus: bool = False
+
+    @property
+    def on_cpu_as_written(self) -> bool:
+        """Hides every GPU from itself, or its settings say CUDA is off."""
+        return self.hides_gpus or bool(self.cuda_off_settings)
 
     @property
     def cuda_by_default(self) -> bool:
-        """Mentions CUDA, and not only behind an option that is off unless given."""
-        return self.mentions_cuda and not self.cuda_opt_in
+        """Mentions CUDA, and is not on the CPU as written."""
+        return self.mentions_cuda and not self.on_cpu_as_written
     calls: list[CallFact] = field(default_factory=list)
     #: what its top-level functions return, as MEM003's autograd tracer saw
     #: them (files it walks: those with a loop): True a value with autograd
@@ -109,19 +122,6 @@ class ModuleFacts:
     #: the functions it defines at top level, by name (read from its text, so
     #: that a file no rule parses still answers "does it define this helper")
     defines: frozenset[str] = frozenset()
-
-
-_CPU_DEFAULT_OPTION = re.compile(
-    r"""add_argument\(\s*(?:['"]-\w['"]\s*,\s*)?['"]--?([\w-]+)['"][^()]*?"""
-    r"""default\s*=\s*['"]cpu['"]""")
-
-
-def cpu_default_options(source: str) -> set[str]:
-    """Options whose default is the CPU (`add_argument('--device', default='cpu')`),
-    read off the text before the walk: code above the parser reads `args.device`."""
-    if "default" not in source:
-        return set()
-    return {m.group(1).replace("-", "_") for m in _CPU_DEFAULT_OPTION.finditer(source)}
 
 
 def module_name(path: str, root: str | None = None) -> str:
@@ -285,13 +285,34 @@ class _WithFacts(Protocol):
 @dataclass(frozen=True)
 class UnlessNoImporterCopiesToCuda(Condition):
     """A loader built in a module that copies nothing to a GPU itself: dropped
-    unless a module importing it copies tensors to a device in CUDA code."""
+    unless a module importing it copies tensors to a device in CUDA code, or
+    hands them to a project class that copies its batches there."""
 
     module: str
 
     def drops(self, project: Project) -> bool:
-        return not any(importer.copies_to_device and project.cuda_near(importer.module)
-                       for importer in project.importers_of(self.module))
+        return not any(project.cuda_near(importer.module) and (
+            importer.copies_to_device or any(
+                project.moves_batches(importer.module, *call.callee.rpartition(".")[::2])
+                for call in importer.calls if "." in call.callee))
+            for importer in project.importers_of(self.module))
+
+
+@dataclass(frozen=True)
+class UnlessNoCalleeCopiesToCuda(Condition):
+    """A loader handed to classes of other modules (`BERTTrainer(bert,
+    train_dataloader=loader)`) in a module that copies nothing itself:
+    dropped unless one of them is the project's and copies the batches of a
+    loader it is given to a CUDA device."""
+
+    module: str
+    #: (the module as the import names it: `.trainer`; the class)
+    callees: tuple[tuple[str, str], ...]
+
+    def drops(self, project: Project) -> bool:
+        return not (project.cuda_near(self.module) and any(
+            project.moves_batches(self.module, imported, name)
+            for imported, name in self.callees))
 
 
 @dataclass(frozen=True)
@@ -563,14 +584,15 @@ class Project:
 
     def cuda_near(self, module: str | None) -> bool:
         """Whether the modules linked to `module` by imports (either way,
-        transitively) mention CUDA; True when that cannot be told. A file
-        checked alone is judged by its own code where that puts its CUDA
-        behind an option that is off unless given."""
+        transitively) may run CUDA code; True when that cannot be told. A
+        device behind an option (`--cuda`, `--accel`) is CUDA: the program
+        runs on the GPU when used as intended. A file checked alone is judged
+        by its own code: CPU only where it hides every GPU from itself or its
+        settings are written as CUDA off (`Namespace(cuda=False)`)."""
         if module is None or module not in self._by_name:
             return True
         if self.look_around:
-            own = self._by_name[module]
-            return not (own.mentions_cuda and own.cuda_opt_in)
+            return not self._by_name[module].on_cpu_as_written
         component = self._components[module]
         cuda = self._component_cuda.get(component)
         if cuda is None:
@@ -634,6 +656,9 @@ class Project:
         bare name), else the exact dotted name, else the one module it is the
         tail of (none when several are: which one runs cannot be told)."""
         package = importer.rsplit(".", 1)[0] if "." in importer else ""
+        facts = self._by_name.get(importer)
+        if facts is not None and os.path.basename(facts.path) == "__init__.py":
+            package = importer  # a package's `from .pretrain import X` is inside it
         if imported.startswith("."):
             level = len(imported) - len(imported.lstrip("."))
             base = package.split(".") if package else []
@@ -666,6 +691,22 @@ class Project:
         return [self._by_name[target].returns[function]
                 for target in self._resolve_import(importer, imported)
                 if function in self._by_name[target].returns]
+
+    def moves_batches(self, importer: str, imported: str, name: str, depth: int = 0) -> bool:
+        """Whether `name` of the module `importer` names as `imported` is a
+        class of the project that copies the batches it is given to a CUDA
+        device (`batch_movers`), also through a package that re-exports it
+        (`from .pretrain import BERTTrainer` in `trainer/__init__.py`)."""
+        for target in self._resolve_import(importer, imported):
+            facts = self._by_name[target]
+            if name in facts.batch_movers:
+                return True
+            if depth < 3 and any(
+                    self.moves_batches(target, again.rpartition(".")[0], name, depth + 1)
+                    for again in facts.imports if again.rpartition(".")[2] == name
+                    and again.rpartition(".")[0]):
+                return True
+        return False
 
     def defining(self, importer: str, imported: str, function: str) -> list[ModuleFacts]:
         """The facts of the checked modules that `importer` names as

@@ -19,7 +19,8 @@ DEVICE_SETTER_TAILS = tuple(sorted({q.rsplit(".", 1)[-1]
 #: Text every GPU selection contains, lower-cased: a rank variable or launcher
 #: variable, a GPU index name, `f"cuda:{i}"`, a process group.
 SELECTION_MARKERS = ("rank", "gpu", "device_id", "cuda:", "slurm_localid",
-                     "init_process_group", "deepspeed", "elastic_launch")
+                     "init_process_group", "deepspeed", "elastic_launch",
+                     '"cuda" in ', "'cuda' in ", "startswith(\"cuda", "startswith('cuda")
 #: Text every use of the current CUDA device contains: `.cuda()` or
 #: `.cuda(keyword=...)`, a `"cuda"` string (also where a name is bound to
 #: it), the context-making calls, a torch.cuda tensor type.

@@ -63,6 +63,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         flows = ctx.analyses.get(ValueFlows)
         if isinstance(flows, ValueFlows):
             facts.parameter_flows = flows.parameter_facts()
+            facts.batch_movers = flows.batch_movers()
     except RecursionError as error:
         raise RuleCrash(f"recursion limit reached while checking: {error}") from error
     except Exception as error:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ast
 
-from memlint.analysis.project import (ModuleFacts, Project, cpu_default_options,
-                                      imported_modules, mentions_cuda, module_name,
+from memlint.analysis.project import (ModuleFacts, Project, imported_modules,
+                                      mentions_cuda, module_name,
                                       runs_distributed, top_level_functions)
 from memlint.analysis.screens import gives_facts_maybe
 from memlint.analysis.source_lines import declared_encoding
@@ -53,7 +53,6 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
     facts = ModuleFacts(path, module_name(path) if module is None else module,
                         mentions_cuda(source, lowered), runs_distributed(source, lowered),
                         imported_modules(source), ".cuda(" in source or ".to(" in source,
-                        cpu_default_options=cpu_default_options(source),
                         defines=top_level_functions(source))
     screened = [entry for entry in CATALOGUE if (entry.code in selected or entry.gives_facts)
                 and entry.wants(source, lowered)]

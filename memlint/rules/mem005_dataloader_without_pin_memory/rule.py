@@ -9,16 +9,16 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
-from memlint.analysis.devices import (CudaReturns, creates_on_cuda, held_on_cuda, is_cuda_device,
-                                      moves_to_cuda, names_cuda_literally)
+from memlint.analysis.devices import (CudaReturns, creates_on_cuda, gives_no_host_tensors,
+                                      is_cuda_device, moves_to_cuda, names_cuda_literally, run_with)
 from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
-                                    iterated_name, local_owner, returns_its_argument)
-from memlint.analysis.names import (call_arg, dotted_name, has_star_kwargs,
-                                    literal_bool)
+                                    collate_moves_to_device, imported_callee, iterated_name,
+                                    local_owner, reads_one_batch, returns_its_argument, root_name)
+from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs, literal_bool
 from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
-                                      UnlessNoImporterCopiesToCuda, UnlessProjectOnCpu)
-from memlint.analysis.torch_api import (DATA_LOADERS, INDEX_RANGES, SET_DEFAULT_DEVICE,
-                                        TENSOR_DATASETS)
+                                      UnlessNoCalleeCopiesToCuda, UnlessNoImporterCopiesToCuda,
+                                      UnlessProjectOnCpu)
+from memlint.analysis.torch_api import DATA_LOADERS, SET_DEFAULT_DEVICE, TENSOR_DATASETS
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.rewrites import with_keyword
@@ -27,17 +27,11 @@ from memlint.rules.rewrites import with_keyword
 #: collate_fn, pin_memory, ...)
 _PIN_MEMORY_POSITION = 7
 _COLLATE_POSITION = 6
-_PARTIAL = {"functools.partial"}
 #: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
 _LOOKS = {"print", "len", "str", "repr", "type", "display"}
 #: Libraries whose data sets give host tensors.
 _HOST_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.",
                   "datasets.load_dataset")
-
-
-def _reads_one_batch(node: cst.Call) -> bool:
-    """`next(iter(loader))`, `next(loader_iter)`."""
-    return isinstance(node.func, cst.Name) and node.func.value == "next" and bool(node.args)
 
 
 class _Loader(NamedTuple):
@@ -66,12 +60,15 @@ class DataLoaderWithoutPinMemory(Rule):
 
     code = "MEM005"
 
-    MESSAGE = ("{loader} while this module copies batches to a CUDA device: every batch is "
+    MESSAGE = ("{loader} while this module copies batches to a CUDA device{when}: every batch is "
                "copied from pageable host memory (~7 GB/s vs ~54 GB/s pinned){non_blocking}; "
                "pass pin_memory=True")
     ELSEWHERE = ("{loader} in a module whose importers copy batches to a CUDA device: every "
                  "batch is copied from pageable host memory (~7 GB/s vs ~54 GB/s pinned); "
                  "pass pin_memory=True")
+    HANDED = ("{loader} handed to {callees}, which the project defines to copy the batches it "
+              "is given to a CUDA device: every batch is copied from pageable host memory "
+              "(~7 GB/s vs ~54 GB/s pinned); pass pin_memory=True")
     NON_BLOCKING = (", and the non_blocking=True copies here are synchronous from pageable "
                     "memory, so they overlap nothing")
 
@@ -190,6 +187,11 @@ class DataLoaderWithoutPinMemory(Rule):
         #: function it is a local variable of (None: a global, an attribute)
         self.passed_names: set[tuple[str, cst.FunctionDef | None]] = set()
         self.returned_names: set[str] = set()  # names a function returns (`return loader`)
+        #: names handed to a function or class of another module, each with
+        #: those callees as imported (module, name)
+        self.kept_in: dict[str, str | None] = {}  # `loaders.append(loader)`: loader -> loaders
+        self.imported_callees: dict[tuple[str, cst.FunctionDef | None],
+                                    set[tuple[str, str]]] = {}
         #: how often each identifier is read or written in the module, to tell a
         #: loader that is never used again
         self.identifiers: Counter[str] = Counter()
@@ -247,9 +249,16 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         if not (isinstance(node.func, cst.Name) and node.func.value in HARMLESS_BUILTINS):
-            self.passed_names.update((name, local_owner(self.ctx, name)) for name in
-                                     filter(None, (dotted_name(a.value) for a in node.args)))
-        if _reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
+            handed = {(name, local_owner(self.ctx, name)) for name in
+                      filter(None, (dotted_name(a.value) for a in node.args))}
+            self.passed_names.update(handed)
+            callee = imported_callee(node, self.ctx)  # the project says what it does
+            for passed in handed:
+                if callee is not None:
+                    self.imported_callees.setdefault(passed, set()).add(callee)
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "append":
+                self.kept_in.update((name, dotted_name(node.func.value)) for name, _ in handed)
+        if reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
             read = iterated_name(node.args[0].value)
             owner = local_owner(self.ctx, read) if read is not None else None
             self.single_batch_reads[(read, owner)] += 1
@@ -279,13 +288,13 @@ class DataLoaderWithoutPinMemory(Rule):
     def _check_loader(self, node: cst.Call) -> None:
         if self.ctx.in_pytest_test:
             return  # a unit test's loader: its speed is nobody's concern
-        if self._collate_moves_to_device(node):
+        if collate_moves_to_device(node, self.ctx):
             return  # batches arrive on the device: pinning a CUDA tensor raises
         if self._collate_is_identity(node):
             return  # batches are lists of the data set's items: the loop builds the tensors
         dataset = call_arg(node, "dataset", position=0)
         dataset_value = self.ctx.resolve(dataset.value) if dataset is not None else None
-        if dataset_value is not None and self._no_host_tensors(dataset_value):
+        if dataset_value is not None and gives_no_host_tensors(dataset_value, self.ctx):
             return
         pin = call_arg(node, "pin_memory", position=_PIN_MEMORY_POSITION)
         if pin is None:
@@ -299,46 +308,18 @@ class DataLoaderWithoutPinMemory(Rule):
         dataset_class = dotted_name(dataset_value.func) \
             if isinstance(dataset_value, cst.Call) else None
         parent = self.ctx.parent
-        assigned = dotted_name(parent.targets[0].target) \
+        target = parent.targets[0].target \
             if isinstance(parent, cst.Assign) and len(parent.targets) == 1 else None
-        escapes = self.ctx.function is not None and (
+        assigned = dotted_name(target) if target is not None else None
+        escapes = self.ctx.function is not None and (  # returned, or kept on the object
             any(isinstance(a, cst.Return) for a in self.ctx.ancestors)
-            or (assigned or "").startswith("self."))
+            or (target is not None and root_name(target) == "self"))
         owner = self.ctx.function if assigned is not None and "." not in assigned else None
         source = (self.ctx.qualify(dataset_value.func) or "") \
             if isinstance(dataset_value, cst.Call) else ""
         host_dataset = source in TENSOR_DATASETS or source.startswith(_HOST_DATASETS)
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
                                      dataset_class, escapes, assigned, owner, host_dataset))
-
-    def _no_host_tensors(self, dataset: cst.BaseExpression) -> bool:
-        """A dataset whose items are not host tensors to pin: indices
-        (`range(n)`, `torch.arange(n)`) into data kept elsewhere, or a
-        `TensorDataset` of tensors already on a GPU (pinning them raises)."""
-        if not isinstance(dataset, cst.Call):
-            return False
-        qualified = self.ctx.qualify(dataset.func) or dotted_name(dataset.func) or ""
-        if qualified in INDEX_RANGES:
-            return True
-        if qualified in TENSOR_DATASETS:
-            return any(held_on_cuda(arg.value, self.ctx) for arg in dataset.args)
-        return False
-
-    def _collate_moves_to_device(self, node: cst.Call) -> bool:
-        """`collate_fn=partial(collate, device=device)`: the collate function is
-        given the training device, so the batches it returns are already there
-        (also when every branch of an `if`/`elif`/`else` binds it so)."""
-        collate = call_arg(node, "collate_fn", position=_COLLATE_POSITION)
-        value = self.ctx.resolve(collate.value) if collate is not None else None
-        choices, pending = [], [value]
-        while pending:  # `if/elif/else` bindings nest: IfExp(IfExp(a, b), c)
-            choice = pending.pop()
-            if isinstance(choice, cst.IfExp):
-                pending += [choice.body, choice.orelse]
-            else:
-                choices.append(choice)
-        return all(isinstance(c, cst.Call) and self.ctx.qualify(c.func) in _PARTIAL
-                   and call_arg(c, "device") is not None for c in choices)
 
     def _collate_is_identity(self, node: cst.Call) -> bool:
         """`collate_fn=lambda x: x`, `collate_fn=fn` where `fn` returns its
@@ -413,7 +394,17 @@ class DataLoaderWithoutPinMemory(Rule):
             if dataset_class in self.gpu_dataset_classes:
                 continue  # the Dataset put its data on the GPU: MEM001's finding
             if self.first_copy is None:  # this module copies nothing to a CUDA device
-                if not (escapes or assigned in self.returned_names):
+                callees = self.imported_callees.get((assigned, owner)) if assigned else None
+                escapes |= assigned in self.returned_names \
+                    or self.kept_in.get(assigned or "") in self.returned_names  # `loaders[0]`
+                if callees and not escapes:
+                    # handed to another module's class (a `Trainer`) that may copy its batches
+                    self.report(node, self.HANDED.format(loader=written, callees=", ".join(
+                        sorted(f"'{name}'" for _, name in callees))), statement,
+                        UnlessNoCalleeCopiesToCuda(self.facts.module, tuple(sorted(callees))),
+                        fix=self._pin(loader))
+                    continue
+                if not escapes:
                     continue  # used where it is built: no importer iterates it
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
@@ -423,7 +414,8 @@ class DataLoaderWithoutPinMemory(Rule):
             unless: Condition = UnlessProjectOnCpu.here(self.ctx)
             if batches == STAY:  # handed only to functions of other modules
                 unless = Either((unless, UnlessHelpersKeepBatchesOnHost(tuple(handed_out))))
-            self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking),
+            self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking,
+                                                  when=run_with(self.facts)),
                         statement, unless, fix=self._pin(loader),
                         related=[(self.first_copy, "copied to a CUDA device here: this "
                                                    "module's batches go to the GPU")])

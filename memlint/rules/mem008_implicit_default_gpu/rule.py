@@ -10,7 +10,8 @@ import libcst as cst
 from memlint.analysis.context import Context
 from memlint.analysis.gpu_selection import (BY_INDEX, default_device_use,
                                             in_single_process_arm, selects_a_gpu,
-                                            sets_current_device, under_device_guard)
+                                            sets_current_device, tests_a_handed_device,
+                                            under_device_guard)
 from memlint.analysis.names import dotted_name
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessHelpersSetDevice
@@ -179,6 +180,14 @@ class ImplicitDefaultGpu(Rule):
             return
         how = default_device_use(node, self.ctx)
         if how is not None:
+            handed = tests_a_handed_device(self.ctx)
+            if handed is not None and not self.ctx.in_test_file and not any(
+                    s.scopes and s.scopes[0] == id(self.ctx.function) for s in self.setters):
+                # `if "cuda" in device: torch.cuda.synchronize()`: not the device it is handed
+                self.report(node, _HANDED.format(code=code(node), how=how), self.statement(),
+                            related=[(handed.test, "the device this function is handed is "
+                                                   "checked for CUDA here")])
+                return
             if not self.ctx.in_test_file and not under_device_guard(self.ctx) \
                     and not in_single_process_arm(self.ctx):
                 self.uses.append(_Use(node, self.statement(), self._scopes(), self.order, how,
@@ -311,6 +320,12 @@ def _within(use: _Use, event: _Event) -> bool:
 
 def _last_name(call: cst.Call) -> str:
     return (dotted_name(call.func) or "").rsplit(".", 1)[-1]
+
+
+_HANDED = ("'{code}' works on the current CUDA device (cuda:0 unless set), not on the device "
+           "this function is handed, which may be another GPU (`--device cuda:1`): {how}, so "
+           "that GPU gets a CUDA context (about 0.5 GiB) and the work meant for the handed "
+           "device; pass the device (`torch.cuda.synchronize(device)`, `.to(device)`)")
 
 
 def _message(use: _Use, more: int, selection: str, set_later: bool) -> str:
