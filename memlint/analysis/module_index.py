@@ -255,6 +255,28 @@ class ModuleIndex:
                     self._sites_by_callee.setdefault(callee, []).append(site)
         return self._sites_by_callee.get(function, [])
 
+    def forward_disables_grad(self, class_name: str | None) -> bool:
+        """A class of this file whose `forward` is decorated `@torch.no_grad()`."""
+        info = self.classes.get(class_name) if class_name else None
+        forward = info.methods.get("forward") if info is not None else None
+        return forward is not None and forward.grad_off_decorator
+
+    def init_turns_grad_off(self, class_name: str) -> bool:
+        """`torch.set_grad_enabled(False)` called as a statement in the class's
+        `__init__` (YOLOv6's `Inferer`): grad is off for the thread from the
+        moment the object exists, so its methods run without autograd."""
+        info = self.classes.get(class_name)
+        init = info.methods.get("__init__") if info is not None else None
+        if init is None or type(init.node) is not cst.FunctionDef:  # methods are all defs
+            return False
+        for line in init.node.body.body:
+            if type(line) is not cst.SimpleStatementLine:
+                continue
+            for statement in line.body:
+                if type(statement) is cst.Expr and self.ctx.switched_grad_mode(statement) is False:
+                    return True
+        return False
+
     def grad_disabled_by_callers(self, function: FunctionInfo) -> bool:
         """Whether every call of `function` in this module runs with grad
         disabled: under no_grad at the call, or from a function of which that

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.autograd_values import (BACKWARD_METHODS, HISTORY_SCALAR, AutogradValues,
-                                              BackwardFlows, Value, backpropagated, rebound)
+                                              BackwardFlows, Value, backpropagated, forget_rebound)
 from memlint.analysis.context import Context, Loop
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
@@ -400,7 +400,7 @@ class TensorHistoryKept(Rule):
         for store in self.stores(node):
             self._check_store(store)
         if self.frames:
-            self.frames[-1].backpropagated -= rebound(node)  # a new value, not the loss
+            self.frames[-1].backpropagated = forget_rebound(self.frames[-1].backpropagated, node)
 
     def _check_store(self, store: Store) -> None:
         node, container, stored, verb, chain_of = store
@@ -415,9 +415,9 @@ class TensorHistoryKept(Rule):
         if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
             return  # `x = x + block(x)`: a computation chain, not an accumulation
         value = self.values.value_of(stored)
-        if not value.history and type(stored) is cst.Name and \
-                stored.value in self.frames[-1].backpropagated:
-            value = HISTORY_SCALAR  # `loss.backward()`, then `total += loss`: a loss
+        if not value.history and self.values.kept_backpropagated(stored,
+                                                                 self.frames[-1].backpropagated):
+            value = HISTORY_SCALAR  # `loss.backward()`, then `total += loss` (or a term of it)
         if not value.history and not value.waits:
             return
         if value.host:
