@@ -277,6 +277,13 @@ class ModuleIndex:
                     return True
         return False
 
+    def runs_grad_off(self, node: cst.CSTNode) -> bool:
+        """A function (`eval_one_batch(...)`) whose every call in this module
+        is under `torch.no_grad()`, or in a function of which that holds: its
+        values carry no history, whatever its own body says."""
+        info = self.info(node) if isinstance(node, cst.FunctionDef) else None
+        return info is not None and self.grad_disabled_by_callers(info)
+
     def grad_disabled_by_callers(self, function: FunctionInfo) -> bool:
         """Whether every call of `function` in this module runs with grad
         disabled: under no_grad at the call, or from a function of which that

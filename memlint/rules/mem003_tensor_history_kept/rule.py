@@ -49,6 +49,7 @@ class _Store:
     #: the stored name was unpacked from a model's output (`loss, acc = model(x)`):
     #: (its position, the tuple's length)
     forward_element: tuple[int, int] | None = None
+    one_step: bool = False  # it outlives only loops that back-propagate, before a step
 
 
 @dataclass
@@ -59,6 +60,7 @@ class _Frame:
     calls_backward: bool = False
     #: the names this function back-propagated so far (`loss` of `loss.backward()`)
     backpropagated: set[str] = field(default_factory=set)
+    backward_loops: set[int] = field(default_factory=set)  # the loops around its backwards
 
 
 class TensorHistoryKept(Rule):
@@ -293,10 +295,11 @@ class TensorHistoryKept(Rule):
             value = self.values.settled(store.value)
             if not value.history:
                 continue  # e.g. a helper defined further down returns floats
-            if self._grad_off_by_callers(frame):
+            if self.index.runs_grad_off(frame.node):
                 continue  # every caller here runs it under no_grad: nothing had history
-            if store.local and not any(map(self._across_batches, store.outlived)):
-                continue  # one call's terms (time steps, feature levels), freed with the call
+            if store.local and (store.one_step or
+                                not any(map(self._across_batches, store.outlived))):
+                continue  # one call's terms, or the micro-batches of its one optimizer step
             judged.append((frame, store, value))
         if not judged:
             return
@@ -321,13 +324,6 @@ class TensorHistoryKept(Rule):
             fix = detach_fix(store.stored, store.container, store.verb, store.local, frame.node)
             self.report(store.node, message(store.stored, value, code(store.target), store.verb),
                         store.statement, self._unless(store), fix=fix)
-
-    def _grad_off_by_callers(self, frame: _Frame) -> bool:
-        """`eval_one_batch(...)` whose every call in this module is under
-        `torch.no_grad()` (or in a function of which that holds): its values
-        carry no history, whatever its own body says."""
-        info = self.index.info(frame.node) if isinstance(frame.node, cst.FunctionDef) else None
-        return info is not None and self.index.grad_disabled_by_callers(info)
 
     def _unless(self, store: _Store) -> Condition:
         """A CPU-only project keeps no GPU memory; a value whose history only
@@ -448,10 +444,14 @@ class TensorHistoryKept(Rule):
                 qualified in AUTOGRAD_ENTRY:
             self.frames[-1].calls_backward = True
             self.frames[-1].backpropagated |= backpropagated(node, qualified)
+            self.frames[-1].backward_loops.update(map(id, self.ctx.loops))
             self.training_loops.update(map(id, self.ctx.loops))
         elif method is not None and method.attr.value == "step" and \
                 _OPTIMIZER.search(dotted_name(method.value) or ""):
             self.training_loops.update(map(id, self.ctx.loops))
+            done = self.frames[-1].backward_loops - set(map(id, self.ctx.loops))
+            for store in self.frames[-1].stores:  # the micro-batches of one step
+                store.one_step |= all(id(loop) in done for loop in store.outlived)
 
 
 _OPTIMIZER = re.compile(r"optim|(^|[._])opt(_\w+)?$|scheduler|scaler", re.IGNORECASE)
