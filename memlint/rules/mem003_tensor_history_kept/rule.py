@@ -60,7 +60,7 @@ class _Frame:
     calls_backward: bool = False
     #: the names this function back-propagated so far (`loss` of `loss.backward()`)
     backpropagated: set[str] = field(default_factory=set)
-    backward_loops: set[int] = field(default_factory=set)  # the loops around its backwards
+    backward_loops: set[int] = field(default_factory=set)  # back-propagating, not yet stepped
 
 
 class TensorHistoryKept(Rule):
@@ -437,20 +437,19 @@ class TensorHistoryKept(Rule):
 
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:
-        func = node.func
-        method = func if type(func) is cst.Attribute else None
-        qualified = self.ctx.qualify(func)
+        method, frame = node.func if type(node.func) is cst.Attribute else None, self.frames[-1]
+        qualified = self.ctx.qualify(node.func)
         if (method is not None and method.attr.value in BACKWARD_METHODS) or \
                 qualified in AUTOGRAD_ENTRY:
-            self.frames[-1].calls_backward = True
-            self.frames[-1].backpropagated |= backpropagated(node, qualified)
-            self.frames[-1].backward_loops.update(map(id, self.ctx.loops))
+            frame.calls_backward = True
+            frame.backpropagated |= backpropagated(node, qualified)
+            frame.backward_loops.update(map(id, self.ctx.loops))
             self.training_loops.update(map(id, self.ctx.loops))
         elif method is not None and method.attr.value == "step" and \
                 _OPTIMIZER.search(dotted_name(method.value) or ""):
             self.training_loops.update(map(id, self.ctx.loops))
-            done = self.frames[-1].backward_loops - set(map(id, self.ctx.loops))
-            for store in self.frames[-1].stores:  # the micro-batches of one step
+            done = frame.backward_loops = frame.backward_loops - set(map(id, self.ctx.loops))
+            for store in frame.stores:  # the micro-batches of one step
                 store.one_step |= all(id(loop) in done for loop in store.outlived)
 
 
