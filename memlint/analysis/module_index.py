@@ -74,6 +74,8 @@ class ModuleIndex:
         #: functions named as values (`partial(evaluate)`, `pool.map(predict, xs)`):
         #: called from places this file does not show
         self.escaped: list[tuple[cst.BaseExpression, str | None]] = []
+        #: the same, with the call each is handed to
+        self._handed: list[tuple[cst.BaseExpression, CallSite]] = []
         self._stack: list[FunctionInfo | ClassInfo] = []
         self._grad_off_entries = 0
         #: per class name: (how many classes were known then, its subclasses)
@@ -170,6 +172,7 @@ class ModuleIndex:
         for arg in node.args:
             if isinstance(arg.value, (cst.Name, cst.Attribute)):
                 self.escaped.append((arg.value, site.class_name))
+                self._handed.append((arg.value, site))
 
     # -- queries (complete once the walk is over) -------------------------
     def info(self, node: cst.CSTNode) -> FunctionInfo | None:
@@ -294,15 +297,19 @@ class ModuleIndex:
         return function in self._grad_off_by_callers
 
     def _solve_grad_off_by_callers(self) -> set[FunctionInfo]:
-        sites = {function: self.call_sites(function) for function in self.functions.values()}
-        escaped = {f for expr, class_name in self.escaped
-                   for f in self.resolve_reference(expr, class_name, loose=True)}
+        """A function handed to a call (a closure or bound method as a
+        callback: `run_loop(loader, self._eval_step)`) runs in that call's grad
+        mode, so the call counts as one of its call sites."""
+        sites = {function: list(self.call_sites(function)) for function in self.functions.values()}
+        for expr, site in self._handed:
+            for function in self.resolve_reference(expr, site.class_name, loose=True):
+                sites.setdefault(function, []).append(site)
         off: set[FunctionInfo] = set()
         changed = True
         while changed:
             changed = False
             for function, calls in sites.items():
-                if not calls or function in off or function in escaped:
+                if not calls or function in off:
                     continue
                 if all(s.grad_disabled or s.caller in off for s in calls):
                     off.add(function)
