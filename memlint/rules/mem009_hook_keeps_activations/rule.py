@@ -231,7 +231,7 @@ class HookKeepsActivations(Rule):
         return _Kept(node, self.statement(), owner, stored, _detached(stored), verb)
 
     def finish(self) -> None:
-        found = [(kept, None) for kept in self.lambda_kept]
+        found: list[tuple[_Kept, str | None]] = [(kept, None) for kept in self.lambda_kept]
         for name, skip in self.registered:
             for kept in self.kept_by_function.get(name, ()):
                 found.append((kept, name))
