@@ -459,8 +459,8 @@ class GradInInference(Rule):
             verdict = self._constructs_module(bound)
             if verdict is not None:
                 return name if verdict else None
-        # `decoder = self.char_decode`: an alias is judged by what it names
-        judged = dotted_name(bound) if isinstance(bound, cst.Attribute) else None
+        # `decoder = self.char_decode`, `net = linreg`: an alias is judged by what it names
+        judged = dotted_name(bound) if isinstance(bound, (cst.Attribute, cst.Name)) else None
         judged = judged or name
         if (_CLASS_NAME.fullmatch(judged.rsplit(".", 1)[-1])
                 or self._names_function(judged, self.unit.class_name)):
@@ -477,12 +477,13 @@ class GradInInference(Rule):
         to a GPU before its forward: a model file's CPU smoke test
         (`net = ResNet18(); y = net(torch.randn(2, 3, 32, 32))`) or a CPU
         script, not inference on a GPU."""
-        if module not in self.ctx.scope.bindings:
+        scope = next((s for s in reversed(self.ctx.scopes) if module in s.bindings), None)
+        if scope is None or (scope is not self.ctx.scope and (  # a closure's: its function's
+                type(scope.node) is not cst.FunctionDef or module in self.placed)):
             return False  # a parameter, an attribute, a global: placed elsewhere
         if self.unit.on_gpu.get(module):
             return False
-        value, moved = self._where_built(module, self.ctx.scope.bindings[module],
-                                         self.ctx.scope.sites.get(module))
+        value, moved = self._where_built(module, scope.bindings[module], scope.sites.get(module))
         if moved or not isinstance(value, cst.Call) or call_arg(value, "device") is not None \
                 or creates_on_cuda(value, self.ctx):
             return False
