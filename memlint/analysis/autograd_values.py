@@ -213,6 +213,29 @@ class AutogradValues:
     def carries_history(self, node: cst.BaseExpression) -> bool | None:
         return self.value_of(node).history
 
+    def kept_backpropagated(self, stored: cst.BaseExpression, totals: set[str]) -> bool:
+        """Whether `stored` holds a graph that was back-propagated (`totals`,
+        from `backpropagated`): the loss itself, the same item of a dict
+        (`output[self.metric]`), the dict one of whose items was
+        (`outputs.append(output)` after `output['loss'].backward()`), or a term
+        unpacked with the loss from one call on values with history (`loss,
+        mse = loss_fn(pred, y)`, then `loss.backward()`, whatever `loss_fn` is)."""
+        name = dotted_name(stored)
+        if name is None:
+            item = _item_of(stored)
+            return item is not None and item in totals
+        if name in totals or name + "[]" in totals:
+            return True
+        site = self.ctx.binding_site(name)
+        source = site.unpacked_from if site is not None else None
+        if type(source) is not cst.Call or self.settled(self.value_of(stored)).history is False:
+            return False  # (`n_correct` a loss helper of this module returns as `.item()`)
+        for total in totals:
+            other = self.ctx.binding_site(total)
+            if other is not None and other.unpacked_from is source:
+                return any(self.settled(self.value_of(a.value)).history for a in source.args)
+        return False
+
     def callee_kind(self, func: cst.BaseExpression) -> str | None:
         """"module", "loss", "other" or None: what calling `func` runs."""
         return self._callee_kind(func)
@@ -342,8 +365,11 @@ class AutogradValues:
         if self._returns_values_indices(source):
             return self._trace_call(source, seen, depth) if index == 0 else CLEAN
         callee = self._callee_kind(source.func)
+        # `loss, mse, ce = loss_fn(pred, y)`: the total first, then its terms,
+        # each computed from the same prediction (history when it has some)
+        parts = self._loss_parts(source, seen, depth) if callee == "loss" and index else UNKNOWN
         guesses = {"module": self._forward_result(source.func), "other": CLEAN,
-                   "loss": HISTORY_SCALAR if index == 0 else UNKNOWN}
+                   "loss": HISTORY_SCALAR if index == 0 else parts}
         guess = guesses.get(callee, UNKNOWN) if callee is not None else UNKNOWN
         later = self._not_walked_yet(source.func)
         if later is not None:
@@ -354,6 +380,10 @@ class AutogradValues:
         if elements and all(index < len(e) for e in elements):
             return _combine([e[index] for e in elements], scalar_if_all=True)
         return UNKNOWN
+
+    def _loss_parts(self, call: cst.Call, seen: set[int], depth: int) -> Value:
+        arguments = [self._trace(a.value, seen, depth) for a in call.args]
+        return _loss_result(arguments) if any(v.history for v in arguments) else UNKNOWN
 
     def _trace_call(self, node: cst.Call, seen: set[int], depth: int) -> Value:
         value = self._trace_call_by_kind(node, seen, depth)
@@ -558,6 +588,13 @@ class BackwardFlows:
         return any(container in f.resets for f in shared) and \
             any(container in f.reach for f in shared)
 
+    def result_backpropagated(self, function: cst.CSTNode) -> bool:
+        """Whether a caller in this module back-propagates what `function`
+        returns (`out = self.inference(x)`, then `crit(out, y).backward()`):
+        its forward is part of a training step, whatever it is named."""
+        flow = self._flows.get(id(function))
+        return flow is not None and flow.result_to_backward
+
     def backwarded_after(self, scope: cst.CSTNode, name: str,
                          statement: cst.CSTNode | None) -> bool:
         """Whether the value `name` holds when `statement` runs later reaches a
@@ -579,6 +616,13 @@ class BackwardFlows:
             self._by_name.setdefault(name, []).append(flow)
         for statement in body:
             self._walk(statement, flow, class_name)
+        for at, handed in flow.handed:
+            # `loss_scaler(loss, optimizer, parameters=...)` (timm, MAE): a call
+            # given the optimizer this function steps or zeroes, and the loss,
+            # runs the backward and the step
+            if any(name in flow.stepped for name, _ in handed):
+                flow.sinks.append((at, frozenset().union(
+                    *(reads for name, reads in handed if name not in flow.stepped))))
 
     def _walk(self, node: cst.CSTNode, flow: _Flow, class_name: str | None) -> None:
         self._position += 1
@@ -639,9 +683,13 @@ class BackwardFlows:
                          False)
             elif method == "clear" and container is not None:
                 flow.resets.add(container)
+            if method in _OPTIMIZER_METHODS and not args:
+                flow.stepped.add(dotted_name(func.value) or "")
         if self._names.qualify(func) in AUTOGRAD_ENTRY:
             flow.sinks.append((here, frozenset(r for a in args for r in self._reads(a.value))))
             return
+        if len(args) > 1:
+            flow.handed.append((here, [(dotted_name(a.value), self._reads(a.value)) for a in args]))
         callee = _local_callee(func)
         if callee is not None:
             positional = [self._reads(a.value) for a in args if a.keyword is None]
@@ -765,6 +813,11 @@ class _Flow:
                       dict[str, frozenset[Read]]]] = field(default_factory=list)
     returns: list[tuple[int, frozenset[Read]]] = field(default_factory=list)
     resets: set[str] = field(default_factory=set)
+    #: names whose `.zero_grad()` is called here: optimizers (and models)
+    stepped: set[str] = field(default_factory=set)
+    #: calls given two or more arguments: (position, [(argument's name, what it reads)])
+    handed: list[tuple[int, list[tuple[str | None, frozenset[Read]]]]] = \
+        field(default_factory=list)
     runs_backward: bool = False  # itself or through a function it calls
     result_to_backward: bool = False  # a caller back-propagates what it returns
     reach: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
@@ -791,14 +844,40 @@ def backpropagated(call: cst.Call, qualified: str | None) -> set[str]:
         targets = positional[:1]
     elif type(func) is cst.Attribute and func.attr.value in BACKWARD_METHODS:
         receiver = func.value
-        if type(receiver) is cst.Call and len(receiver.args) == 1:
-            receiver = receiver.args[0].value  # `scaler.scale(loss).backward()`
+        if type(receiver) is cst.Call and len(receiver.args) == 1 \
+                and type(receiver.func) is cst.Attribute and receiver.func.attr.value == "scale":
+            receiver = receiver.args[0].value  # `scaler.scale(loss).backward()`, a GradScaler's
         targets = [receiver, *positional[:1]]
     else:
         return set()
-    return {name for name in map(dotted_name, targets) if name is not None}
+    found: set[str] = set()
+    for target in targets:
+        name = dotted_name(target)
+        if name is not None:
+            found.add(name)
+            continue
+        item = _item_of(target)
+        if item is not None:  # `output['loss'].backward()`: the item, and its container
+            found.update((item, item.split("[", 1)[0] + "[]"))
+    return found
 
 
+def forget_rebound(totals: set[str], node: cst.Assign) -> set[str]:
+    """`totals` less what an assignment rebinds (`output = step(batch)` drops
+    `output` and its items)."""
+    names = rebound(node)
+    return {t for t in totals if t.split("[", 1)[0] not in names}
+
+
+def _item_of(node: cst.BaseExpression) -> str | None:
+    """`output['loss']`, written alike wherever it is (spaces dropped), for an
+    item of a named container; None for anything else."""
+    if type(node) is not cst.Subscript or dotted_name(node.value) is None:
+        return None
+    return "".join(cst.Module(body=[]).code_for_node(node).split())
+
+
+_OPTIMIZER_METHODS = {"zero_grad"}
 _GROWING_METHODS = {"append", "extend", "insert", "appendleft", "add", "update"}
 _DETACHING_METHODS = {"detach", "detach_", "item", "tolist", "numpy"}
 _DETACHED_ATTRIBUTES = {"data", "grad", "shape", "dtype", "device"}

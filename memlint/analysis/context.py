@@ -257,7 +257,7 @@ class Context:
             value = self.binding(name)
             return [] if value is None else [value]
         values = [site.value]
-        while site.previous is not None and _other_branch(site.previous.branches, site.branches):
+        while site.previous is not None and other_branch(site.previous.branches, site.branches):
             site = site.previous
             values.append(site.value)
         return values
@@ -393,9 +393,9 @@ class Context:
         if name.startswith(("self.", "cls.")):
             scope = next((s for s in reversed(scopes) if type(s.node) is cst.ClassDef), scope)
         previous = scope.sites.get(name)
-        branches = self._branches() if self._if_depth else ()
+        branches = self.branches() if self._if_depth else ()
         if branches and previous is not None and previous.branches \
-                and _other_branch(previous.branches, branches):
+                and other_branch(previous.branches, branches):
             # `if cuda: device = "cuda"` / `else: device = "cpu"`: either value may hold
             value = cst.IfExp(test=cst.Name("__memlint_either__"), body=previous.value,
                               orelse=value)
@@ -406,7 +406,7 @@ class Context:
                                         unpacked_from, unpacked_index, previous, branches,
                                         unpacked_length)
 
-    def _branches(self) -> tuple[tuple[cst.If, cst.CSTNode], ...]:
+    def branches(self) -> tuple[tuple[cst.If, cst.CSTNode], ...]:
         """The `if`/`elif`/`else` chains the current statement is in (within
         its function), each as its first `if` and the block of the branch taken."""
         found: list[tuple[cst.If, cst.CSTNode]] = []
@@ -435,7 +435,7 @@ _SCOPE_NODES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _BRANCH_NODES = frozenset({cst.If, cst.Else})
 
 
-def _other_branch(before: tuple[tuple[cst.If, cst.CSTNode], ...],
+def other_branch(before: tuple[tuple[cst.If, cst.CSTNode], ...],
                   now: tuple[tuple[cst.If, cst.CSTNode], ...]) -> bool:
     """Whether two assignments sit in different branches of one `if` chain."""
     taken = {id(chain): block for chain, block in before}

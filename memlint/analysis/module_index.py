@@ -74,6 +74,8 @@ class ModuleIndex:
         #: functions named as values (`partial(evaluate)`, `pool.map(predict, xs)`):
         #: called from places this file does not show
         self.escaped: list[tuple[cst.BaseExpression, str | None]] = []
+        #: the same, with the call each is handed to
+        self._handed: list[tuple[cst.BaseExpression, CallSite]] = []
         self._stack: list[FunctionInfo | ClassInfo] = []
         self._grad_off_entries = 0
         #: per class name: (how many classes were known then, its subclasses)
@@ -170,6 +172,7 @@ class ModuleIndex:
         for arg in node.args:
             if isinstance(arg.value, (cst.Name, cst.Attribute)):
                 self.escaped.append((arg.value, site.class_name))
+                self._handed.append((arg.value, site))
 
     # -- queries (complete once the walk is over) -------------------------
     def info(self, node: cst.CSTNode) -> FunctionInfo | None:
@@ -255,6 +258,35 @@ class ModuleIndex:
                     self._sites_by_callee.setdefault(callee, []).append(site)
         return self._sites_by_callee.get(function, [])
 
+    def forward_disables_grad(self, class_name: str | None) -> bool:
+        """A class of this file whose `forward` is decorated `@torch.no_grad()`."""
+        info = self.classes.get(class_name) if class_name else None
+        forward = info.methods.get("forward") if info is not None else None
+        return forward is not None and forward.grad_off_decorator
+
+    def init_turns_grad_off(self, class_name: str) -> bool:
+        """`torch.set_grad_enabled(False)` called as a statement in the class's
+        `__init__` (YOLOv6's `Inferer`): grad is off for the thread from the
+        moment the object exists, so its methods run without autograd."""
+        info = self.classes.get(class_name)
+        init = info.methods.get("__init__") if info is not None else None
+        if init is None or type(init.node) is not cst.FunctionDef:  # methods are all defs
+            return False
+        for line in init.node.body.body:
+            if type(line) is not cst.SimpleStatementLine:
+                continue
+            for statement in line.body:
+                if type(statement) is cst.Expr and self.ctx.switched_grad_mode(statement) is False:
+                    return True
+        return False
+
+    def runs_grad_off(self, node: cst.CSTNode) -> bool:
+        """A function (`eval_one_batch(...)`) whose every call in this module
+        is under `torch.no_grad()`, or in a function of which that holds: its
+        values carry no history, whatever its own body says."""
+        info = self.info(node) if isinstance(node, cst.FunctionDef) else None
+        return info is not None and self.grad_disabled_by_callers(info)
+
     def grad_disabled_by_callers(self, function: FunctionInfo) -> bool:
         """Whether every call of `function` in this module runs with grad
         disabled: under no_grad at the call, or from a function of which that
@@ -265,15 +297,19 @@ class ModuleIndex:
         return function in self._grad_off_by_callers
 
     def _solve_grad_off_by_callers(self) -> set[FunctionInfo]:
-        sites = {function: self.call_sites(function) for function in self.functions.values()}
-        escaped = {f for expr, class_name in self.escaped
-                   for f in self.resolve_reference(expr, class_name, loose=True)}
+        """A function handed to a call (a closure or bound method as a
+        callback: `run_loop(loader, self._eval_step)`) runs in that call's grad
+        mode, so the call counts as one of its call sites."""
+        sites = {function: list(self.call_sites(function)) for function in self.functions.values()}
+        for expr, site in self._handed:
+            for function in self.resolve_reference(expr, site.class_name, loose=True):
+                sites.setdefault(function, []).append(site)
         off: set[FunctionInfo] = set()
         changed = True
         while changed:
             changed = False
             for function, calls in sites.items():
-                if not calls or function in off or function in escaped:
+                if not calls or function in off:
                     continue
                 if all(s.grad_disabled or s.caller in off for s in calls):
                     off.add(function)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
-from memlint.analysis.context import Context, Loop
+from memlint.analysis.context import Context, Loop, other_branch
 from memlint.analysis.names import dotted_name
 from memlint.analysis.torch_api import CONCATENATIONS, INDEX_RANGES
 
@@ -121,6 +121,11 @@ def outlived_loops(ctx: Context, owner: str) -> list[Loop]:
     if ctx.loop_target(owner) is not None and ctx.binding(owner) is None:
         return []
     site = ctx.binding_site(owner)
+    here = ctx.branches() if site is not None and site.branches else ()
+    while site is not None and here and other_branch(site.branches, here):
+        # `if acc is None: acc = out` / `else: acc = torch.cat((acc, out))`: the
+        # value the `else` grows comes from an earlier iteration
+        site = site.previous
     bound_in = site.loops if site is not None else ()
     return [loop for loop in ctx.loops if not any(loop is b for b in bound_in)]
 

@@ -69,6 +69,8 @@ GRAD_MODE_SETTERS: frozenset[str] = frozenset({
 
 #: functions that run a backward pass
 AUTOGRAD_ENTRY: frozenset[str] = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+#: calls that ask whether autograd records here
+GRAD_MODE_QUERIES: frozenset[str] = frozenset({"torch.is_grad_enabled"})
 #: calls that show a function wants gradients (Grad-CAM, adversarial attacks, training)
 GRAD_USERS: frozenset[str] = frozenset({
     *AUTOGRAD_ENTRY, "torch.autograd.functional.jacobian", "torch.autograd.functional.hessian",

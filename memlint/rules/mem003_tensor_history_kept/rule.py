@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.autograd_values import (BACKWARD_METHODS, HISTORY_SCALAR, AutogradValues,
-                                              BackwardFlows, Value, backpropagated, rebound)
+                                              BackwardFlows, Value, backpropagated, forget_rebound)
 from memlint.analysis.context import Context, Loop
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import defines_method, dotted_name
@@ -49,6 +49,7 @@ class _Store:
     #: the stored name was unpacked from a model's output (`loss, acc = model(x)`):
     #: (its position, the tuple's length)
     forward_element: tuple[int, int] | None = None
+    one_step: bool = False  # it outlives only loops that back-propagate, before a step
 
 
 @dataclass
@@ -59,6 +60,7 @@ class _Frame:
     calls_backward: bool = False
     #: the names this function back-propagated so far (`loss` of `loss.backward()`)
     backpropagated: set[str] = field(default_factory=set)
+    backward_loops: set[int] = field(default_factory=set)  # back-propagating, not yet stepped
 
 
 class TensorHistoryKept(Rule):
@@ -293,10 +295,11 @@ class TensorHistoryKept(Rule):
             value = self.values.settled(store.value)
             if not value.history:
                 continue  # e.g. a helper defined further down returns floats
-            if self._grad_off_by_callers(frame):
+            if self.index.runs_grad_off(frame.node):
                 continue  # every caller here runs it under no_grad: nothing had history
-            if store.local and not any(map(self._across_batches, store.outlived)):
-                continue  # one call's terms (time steps, feature levels), freed with the call
+            if store.local and (store.one_step or
+                                not any(map(self._across_batches, store.outlived))):
+                continue  # one call's terms, or the micro-batches of its one optimizer step
             judged.append((frame, store, value))
         if not judged:
             return
@@ -321,13 +324,6 @@ class TensorHistoryKept(Rule):
             fix = detach_fix(store.stored, store.container, store.verb, store.local, frame.node)
             self.report(store.node, message(store.stored, value, code(store.target), store.verb),
                         store.statement, self._unless(store), fix=fix)
-
-    def _grad_off_by_callers(self, frame: _Frame) -> bool:
-        """`eval_one_batch(...)` whose every call in this module is under
-        `torch.no_grad()` (or in a function of which that holds): its values
-        carry no history, whatever its own body says."""
-        info = self.index.info(frame.node) if isinstance(frame.node, cst.FunctionDef) else None
-        return info is not None and self.index.grad_disabled_by_callers(info)
 
     def _unless(self, store: _Store) -> Condition:
         """A CPU-only project keeps no GPU memory; a value whose history only
@@ -400,7 +396,7 @@ class TensorHistoryKept(Rule):
         for store in self.stores(node):
             self._check_store(store)
         if self.frames:
-            self.frames[-1].backpropagated -= rebound(node)  # a new value, not the loss
+            self.frames[-1].backpropagated = forget_rebound(self.frames[-1].backpropagated, node)
 
     def _check_store(self, store: Store) -> None:
         node, container, stored, verb, chain_of = store
@@ -415,9 +411,9 @@ class TensorHistoryKept(Rule):
         if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
             return  # `x = x + block(x)`: a computation chain, not an accumulation
         value = self.values.value_of(stored)
-        if not value.history and type(stored) is cst.Name and \
-                stored.value in self.frames[-1].backpropagated:
-            value = HISTORY_SCALAR  # `loss.backward()`, then `total += loss`: a loss
+        if not value.history and self.values.kept_backpropagated(stored,
+                                                                 self.frames[-1].backpropagated):
+            value = HISTORY_SCALAR  # `loss.backward()`, then `total += loss` (or a term of it)
         if not value.history and not value.waits:
             return
         if value.host:
@@ -441,17 +437,20 @@ class TensorHistoryKept(Rule):
 
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:
-        func = node.func
-        method = func if type(func) is cst.Attribute else None
-        qualified = self.ctx.qualify(func)
+        method, frame = node.func if type(node.func) is cst.Attribute else None, self.frames[-1]
+        qualified = self.ctx.qualify(node.func)
         if (method is not None and method.attr.value in BACKWARD_METHODS) or \
                 qualified in AUTOGRAD_ENTRY:
-            self.frames[-1].calls_backward = True
-            self.frames[-1].backpropagated |= backpropagated(node, qualified)
+            frame.calls_backward = True
+            frame.backpropagated |= backpropagated(node, qualified)
+            frame.backward_loops.update(map(id, self.ctx.loops))
             self.training_loops.update(map(id, self.ctx.loops))
         elif method is not None and method.attr.value == "step" and \
                 _OPTIMIZER.search(dotted_name(method.value) or ""):
             self.training_loops.update(map(id, self.ctx.loops))
+            done = frame.backward_loops = frame.backward_loops - set(map(id, self.ctx.loops))
+            for store in frame.stores:  # the micro-batches of one step
+                store.one_step |= all(id(loop) in done for loop in store.outlived)
 
 
 _OPTIMIZER = re.compile(r"optim|(^|[._])opt(_\w+)?$|scheduler|scaler", re.IGNORECASE)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import libcst as cst
 
+from memlint.analysis.autograd_values import BackwardFlows
 from memlint.analysis.context import BindingSite, Context, Scope
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
@@ -41,7 +42,9 @@ _VERB_PREFIXES = {"setup", "load", "build", "get", "create", "make", "init", "pr
                   "log", "check", "is", "has", "reset", "register", "fuse", "quantize", "prune"}
 _MODEL_BASE_SUFFIXES = ("Model", "Module", "Net", "Network")
 _TORCH_ROOTS = ("torch", "torchvision", "transformers", "timm", "lightning", "pytorch_lightning")
-_GRAD_METHODS = {"backward", "manual_backward", "requires_grad_", "retain_grad"}
+#: `zero_grad()`: gradients are computed in this step, in a backward here or in
+#: a library call handed the optimizer (`loss_scaler(loss, optimizer)`)
+_GRAD_METHODS = {"backward", "manual_backward", "requires_grad_", "retain_grad", "zero_grad"}
 _LIGHTNING_BASES = ("LightningModule",)
 _LIGHTNING_HOOK = re.compile(r"(validation|val|test|predict)_step$|.*_epoch_(start|end)$|on_.*")
 #: `DummyModel(...)`, `Net()`: calling a class builds a module, it runs no forward
@@ -241,6 +244,8 @@ class GradInInference(Rule):
         self.placed: set[str] = set()
         self.finished: dict[cst.CSTNode, _Unit] = {}  # every function's unit, by its node
         self.module_scope: Scope | None = None  # the file's top-level bindings, for finish()
+        self.module: cst.Module | None = None
+        self._flows: BackwardFlows | None = None
 
     @property
     def unit(self) -> _Unit:
@@ -248,9 +253,24 @@ class GradInInference(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         self.module_scope = self.ctx.scope
+        self.module = node
+
+    def flows(self) -> BackwardFlows:
+        """How values reach a backward in this module, built once, on first need."""
+        if self._flows is None:
+            assert self.module is not None  # set by visit_Module, before any finding
+            self._flows = BackwardFlows(self.module, self.ctx.names, set())
+        return self._flows
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.units.append(_Unit(node, self.index.current_class))
+        unit = _Unit(node, self.index.current_class)
+        scopes = self.ctx.scopes
+        if len(scopes) > 1 and type(scopes[-2].node) is cst.FunctionDef:
+            # a closure runs the models of the function it is defined in, in
+            # the mode they are in there (`inception.eval()`, then `get_pred`)
+            outer = self.units[-1]
+            unit.evaluated, unit.eval_calls = dict(outer.evaluated), dict(outer.eval_calls)
+        self.units.append(unit)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         unit = self.units.pop()
@@ -439,8 +459,8 @@ class GradInInference(Rule):
             verdict = self._constructs_module(bound)
             if verdict is not None:
                 return name if verdict else None
-        # `decoder = self.char_decode`: an alias is judged by what it names
-        judged = dotted_name(bound) if isinstance(bound, cst.Attribute) else None
+        # `decoder = self.char_decode`, `net = linreg`: an alias is judged by what it names
+        judged = dotted_name(bound) if isinstance(bound, (cst.Attribute, cst.Name)) else None
         judged = judged or name
         if (_CLASS_NAME.fullmatch(judged.rsplit(".", 1)[-1])
                 or self._names_function(judged, self.unit.class_name)):
@@ -457,12 +477,13 @@ class GradInInference(Rule):
         to a GPU before its forward: a model file's CPU smoke test
         (`net = ResNet18(); y = net(torch.randn(2, 3, 32, 32))`) or a CPU
         script, not inference on a GPU."""
-        if module not in self.ctx.scope.bindings:
+        scope = next((s for s in reversed(self.ctx.scopes) if module in s.bindings), None)
+        if scope is None or (scope is not self.ctx.scope and (  # a closure's: its function's
+                type(scope.node) is not cst.FunctionDef or module in self.placed)):
             return False  # a parameter, an attribute, a global: placed elsewhere
         if self.unit.on_gpu.get(module):
             return False
-        value, moved = self._where_built(module, self.ctx.scope.bindings[module],
-                                         self.ctx.scope.sites.get(module))
+        value, moved = self._where_built(module, scope.bindings[module], scope.sites.get(module))
         if moved or not isinstance(value, cst.Call) or call_arg(value, "device") is not None \
                 or creates_on_cuda(value, self.ctx):
             return False
@@ -586,7 +607,7 @@ class GradInInference(Rule):
                     or self._left_alone(unit, module) \
                     or self._global_on_host(module):
                 continue
-            if self._forward_disables_grad(unit.forward_class):
+            if self.index.forward_disables_grad(unit.forward_class):
                 continue
             reported.add(id(unit))
             info = self.index.info(unit.node) if unit.node is not None else None
@@ -596,7 +617,7 @@ class GradInInference(Rule):
                 unless = Either((unless, UnlessForwardDisablesGrad(unit.forward_class)))
             if unit.node is None:
                 where = f"after {module}.eval()"
-            elif unit.evaluated.get(module):
+            elif unit.forward_after_eval:
                 where = f"after {module}.eval() in '{unit.node.name.value}'"
             else:
                 where = f"in '{unit.node.name.value}'"
@@ -607,7 +628,7 @@ class GradInInference(Rule):
                               "@torch.no_grad()" + _VOLATILE_TOO * (unit.volatile is not None),
                         statement, unless, fix=self._decorate(unit.node),
                         related=[(unit.eval_calls[module], f"'{module}' is put in eval mode here")]
-                        if unit.evaluated.get(module) else [])
+                        if unit.forward_after_eval and module in unit.eval_calls else [])
 
         self._report_inference_through_helpers()
         top = self.units[0]
@@ -615,12 +636,6 @@ class GradInInference(Rule):
             if unit.volatile is not None and id(unit) not in reported and (
                     not unit.wants_grad or unit.volatile_after_eval or unit.volatile_fed):
                 self._report_volatile(*unit.volatile)
-
-    def _forward_disables_grad(self, class_name: str | None) -> bool:
-        """A class of this file whose `forward` is decorated `@torch.no_grad()`."""
-        info = self.index.classes.get(class_name) if class_name else None
-        forward = info.methods.get("forward") if info is not None else None
-        return forward is not None and forward.grad_off_decorator
 
     def _decorate(self, function: cst.FunctionDef | None) -> FixPlan | None:
         """`@torch.no_grad()` right above the `def`. Unsafe: the function might
@@ -692,31 +707,15 @@ class GradInInference(Rule):
         if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) \
                 and self._is_lightning(unit.class_name):
             return True
-        if unit.class_name and self._init_turns_grad_off(unit.class_name):
+        if unit.class_name and self.index.init_turns_grad_off(unit.class_name):
             return True
         info = self.index.info(unit.node)
         if info is None:
             return False
-        if not unit.evaluated.get(module) and (
+        if not unit.forward_after_eval and (
                 self._part_of_training(info) or self._is_model_method(unit)):
             return True
         return self.index.grad_disabled_by_callers(info)
-
-    def _init_turns_grad_off(self, class_name: str) -> bool:
-        """`torch.set_grad_enabled(False)` called as a statement in the class's
-        `__init__` (YOLOv6's `Inferer`): grad is off for the thread from the
-        moment the object exists, so its methods run without autograd."""
-        info = self.index.classes.get(class_name)
-        init = info.methods.get("__init__") if info is not None else None
-        if init is None or type(init.node) is not cst.FunctionDef:  # methods are all defs
-            return False
-        for line in init.node.body.body:
-            if type(line) is not cst.SimpleStatementLine:
-                continue
-            for statement in line.body:
-                if type(statement) is cst.Expr and self.ctx.switched_grad_mode(statement) is False:
-                    return True
-        return False
 
     def _is_model_method(self, unit: _Unit) -> bool:
         """`predict` / `full_sort_predict` of a model class: the model's own API,
@@ -758,15 +757,16 @@ class GradInInference(Rule):
         return False
 
     def _part_of_training(self, info: FunctionInfo) -> bool:
-        """A function picked by its name only (`predict_masks`) that a module's
-        `forward` or a training step calls is a building block of training."""
+        """A function whose result a caller here back-propagates, or that a
+        module's `forward` calls, is a building block of training, whatever
+        its name (`inference` run in a training step); one a training step
+        merely calls (`validate()` each epoch) is not."""
         for site in self.index.call_sites(info):
             caller = site.caller
-            if caller is None or site.grad_disabled:
-                continue
-            if caller.node in self.grad_users or caller.name in ("forward", "__call__"):
+            if caller is not None and not site.grad_disabled \
+                    and caller.name in ("forward", "__call__"):
                 return True
-        return False
+        return self.flows().result_backpropagated(info.node)
 
     def _is_lightning(self, class_name: str) -> bool:
         for info in self.index.lineage(class_name):

@@ -10,6 +10,7 @@ from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import UnlessProjectOnCpu
 from memlint.analysis.stores import STORING_METHODS, code, container_name
+from memlint.analysis.torch_api import GRAD_MODE_QUERIES
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 
@@ -22,8 +23,10 @@ _HOOKS = {**_MODULE_HOOKS, **_TENSOR_HOOKS}
 #: Methods whose result is on the host or a number, or a summary of a few values.
 _RELEASING = {"cpu", "item", "tolist", "numpy", "mean", "std", "var", "sum", "norm", "max", "min",
               "size", "dim", "numel", "argmax", "abs_", "__len__"}
-#: Statements that empty a container (`feats.clear()`, `feats = []`, `feats.pop()`).
-_EMPTYING = {"clear", "pop", "popleft"}
+#: Statements that empty a container (`feats.clear()`, `feats = []`).
+_EMPTYING = {"clear"}
+#: ... or take one item back: only as many as the calls that take them
+_POPPING = {"pop", "popleft"}
 
 
 class _Kept(NamedTuple):
@@ -72,9 +75,10 @@ class HookKeepsActivations(Rule):
         "model.register_forward_hook(hook)",
         # not a hook
         "import torch\nfeats = []\ndef keep(m, i, o):\n    feats.append(o)\nkeep(None, None, x)",
-        # pushed in the forward hook, popped in the backward hook
-        "import torch\nstack = []\ndef fwd(m, i, o):\n    stack.append(o)\ndef bwd(m, gi, go):\n"
-        "    stack.pop()\nnet.register_forward_hook(fwd)\nnet.register_full_backward_hook(bwd)",
+        # pushed in the forward hook only when a backward can follow, popped there
+        "import torch\nstack = []\ndef fwd(m, i, o):\n    if torch.is_grad_enabled():\n"
+        "        stack.append(o)\ndef bwd(m, gi, go):\n    stack.pop()\n"
+        "net.register_forward_hook(fwd)\nnet.register_full_backward_hook(bwd)",
         # the module argument, not a tensor
         "import torch\nseen = []\ndef hook(module, inp, out):\n    seen.append(module)\n"
         "net.register_forward_hook(hook)",
@@ -103,6 +107,11 @@ class HookKeepsActivations(Rule):
         "import torch\nnet = model = build().cuda()\n"
         "inputs = []\ndef pre(m, args):\n    inputs.extend(args)\n"
         "net.register_forward_pre_hook(pre)",
+        # pushed in the forward hook, popped in the backward hook: a forward
+        # under no_grad leaves its activation behind
+        "import torch\nnet = model = build().cuda()\nstack = []\ndef fwd(m, i, o):\n"
+        "    stack.append(o.detach())\ndef bwd(m, gi, go):\n    stack.pop()\n"
+        "net.register_forward_hook(fwd)\nnet.register_full_backward_hook(bwd)",
         # a running concatenation on the module object
         "import torch\nnet = model = build().cuda()\nclass Probe:\n"
         "    def __init__(self, layer):\n        self.cache = None\n"
@@ -117,15 +126,20 @@ class HookKeepsActivations(Rule):
         #: kept stores by the function they are in (its name, `Class.method` too)
         self.kept_by_function: dict[str, list[_Kept]] = {}
         self.emptied: set[str] = set()  # containers something empties or resets
+        self.popped: set[str] = set()  # containers something takes items back from
+        #: functions that ask whether autograd is on (`torch.is_grad_enabled()`)
+        self.grad_checked: set[str] = set()
         self.lambda_kept: list[_Kept] = []
 
     # -- registrations ---------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in _EMPTYING:
+        if isinstance(func, cst.Attribute) and func.attr.value in (*_EMPTYING, *_POPPING):
             name = dotted_name(func.value)
             if name:
-                self.emptied.add(name)
+                (self.emptied if func.attr.value in _EMPTYING else self.popped).add(name)
+        if self.ctx.qualify(func) in GRAD_MODE_QUERIES and self.ctx.function is not None:
+            self.grad_checked.add(self.ctx.function.name.value)
         if isinstance(func, cst.Attribute) and func.attr.value in _HOOKS and node.args:
             skip = _HOOKS[func.attr.value]
             hook = node.args[0].value
@@ -145,9 +159,17 @@ class HookKeepsActivations(Rule):
             name = dotted_name(target.target)
             if name and isinstance(node.value, (cst.List, cst.Dict)) and not node.value.elements:
                 function = self.ctx.function
-                if self.ctx.in_loop or (function is not None and function.name.value != "__init__"):
+                per_call = function is not None and function.name.value != "__init__"
+                if (self.ctx.in_loop or per_call) and not self._set_up_when_missing():
                     self.emptied.add(name)  # reset per step, not set up once
         self._note_store(node)
+
+    def _set_up_when_missing(self) -> bool:
+        """Under `if not hasattr(module, "activations"):`: made on first use."""
+        return any(type(a) is cst.If and type(a.test) is cst.UnaryOperation
+                   and type(a.test.expression) is cst.Call
+                   and dotted_name(a.test.expression.func) == "hasattr"
+                   for a in self.ctx.ancestors)
 
     def _functions_named_by(self, hook: cst.BaseExpression) -> list[str]:
         """`keep` for `register_forward_hook(keep)`; each function of the tuple a
@@ -209,16 +231,19 @@ class HookKeepsActivations(Rule):
         return _Kept(node, self.statement(), owner, stored, _detached(stored), verb)
 
     def finish(self) -> None:
-        found = list(self.lambda_kept)
+        found: list[tuple[_Kept, str | None]] = [(kept, None) for kept in self.lambda_kept]
         for name, skip in self.registered:
             for kept in self.kept_by_function.get(name, ()):
-                found.append(kept)
+                found.append((kept, name))
         seen = set()
-        for kept in found:
+        for kept, hook in found:
             if id(kept.store) in seen or kept.container in self.emptied:
                 continue
+            popped = kept.container in self.popped
+            if popped and hook in self.grad_checked:
+                continue  # kept only when a backward can follow, which pops it
             seen.add(id(kept.store))
-            self.report(kept.store, _message(kept), kept.statement,
+            self.report(kept.store, _message(kept) + _POPPED_TOO * popped, kept.statement,
                         UnlessProjectOnCpu.here(self.ctx), fix=_to_host(kept))
 
 
@@ -282,6 +307,11 @@ def _message(kept: _Kept) -> str:
     return (f"hook keeps '{text}' in '{kept.container}' on every call: {cost}; "
             f"{kept.verb} {text}.detach().cpu() (or a summary) instead, or empty "
             f"'{kept.container}' every step")
+
+
+_POPPED_TOO = (" (taking one back in the backward pass frees only what a backward follows: "
+               "a forward under no_grad leaves its activation behind; return from the hook "
+               "when `not torch.is_grad_enabled()`)")
 
 
 def _to_host(kept: _Kept) -> FixPlan | None:
