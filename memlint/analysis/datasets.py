@@ -114,6 +114,15 @@ def iterates_samples(loop: cst.CSTNode, ctx: Context) -> bool:
     return _is_data_set(iterable, ctx)
 
 
+def iterates_loaded_collection(loop: cst.For, ctx: Context) -> bool:
+    """`for data in dataset:` over a collection read whole from a file
+    (`pickle.load`, `torch.load`, `np.load`): its elements outlive the loop,
+    unlike a DataLoader's batches, made afresh each iteration."""
+    site = ctx.binding_site(dotted_name(loop.iter) or "")
+    value = site.value if site is not None and site.unpacked_from is None else None
+    return isinstance(value, cst.Call) and ctx.qualify(value.func) in _COLLECTION_READERS
+
+
 def _unwrapped(node: cst.BaseExpression) -> cst.BaseExpression:
     while isinstance(node, cst.Call) and node.args \
             and (dotted_name(node.func) or "") in _WRAPPERS:

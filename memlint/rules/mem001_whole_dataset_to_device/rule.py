@@ -9,7 +9,8 @@ import libcst as cst
 
 from memlint.analysis.context import BindingSite, Context
 from memlint.analysis.datasets import (NONE, SPLITS, STRONG, UNKNOWN, WEAK, SampleLoops,
-                                       name_evidence, name_words, reads_whole_file)
+                                       iterates_loaded_collection, name_evidence,
+                                       name_words, reads_whole_file)
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.autograd_values import names_in
@@ -269,7 +270,8 @@ class WholeDatasetToDevice(Rule):
         PyG's in-place `Data.to`), or when the moved sample is kept in a
         container made before the loop (`frames[i] = x.cuda()`)."""
         if isinstance(self.ctx.parent, cst.Expr) and isinstance(loop.iter, cst.Name) \
-                and dotted_name(source) in names_in(loop.target):
+                and dotted_name(source) in names_in(loop.target) \
+                and iterates_loaded_collection(loop, self.ctx):
             how = f" in place, element by element of '{loop.iter.value}'"
             self._report_once(node, self.SAMPLES_MESSAGE.format(source=_shorten(source), how=how))
         else:
