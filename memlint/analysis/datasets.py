@@ -17,6 +17,7 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
+from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import dotted_name
 from memlint.analysis.torch_api import DATA_LOADERS
 
@@ -200,3 +201,38 @@ class SampleLoops:
             if read & samples:
                 return loop
         return None
+
+
+#: Libraries whose `Dataset` classes are not fed to a torch DataLoader.
+_FOREIGN_DATASET_ROOTS = {"datasets", "tensorflow", "tf", "keras", "tensorflow_datasets",
+                          "paddle", "mindspore", "jax", "flax", "ray"}
+
+
+def is_dataset_class(class_name: str, index: ModuleIndex, ctx: Context) -> bool:
+    """Whether a class of this module is a torch Dataset: a base along its
+    lineage is `torch.utils.data.*Dataset`, torchvision's, or a project base
+    named `...Dataset` (not Hugging Face's or TensorFlow's)."""
+    for info in index.lineage(class_name):
+        for base in info.bases:
+            if isinstance(base, cst.Name) and base.value in index.classes:
+                continue  # judged as it comes up in the lineage
+            if _is_dataset_base(base, ctx):
+                return True
+    return False
+
+
+def _is_dataset_base(base: cst.BaseExpression, ctx: Context) -> bool:
+    qualified = ctx.names.qualify(base)
+    if qualified is not None:
+        if qualified.startswith("torch.utils.data."):
+            # a Dataset runs in the workers; a DataLoader or a Sampler subclass's
+            # `__iter__` runs in the main process, around the workers
+            last = qualified.rsplit(".", 1)[-1]
+            return last.endswith("Dataset") or last == "Subset"
+        if qualified.startswith("torchvision.datasets."):
+            return True
+        if qualified.split(".", 1)[0] in _FOREIGN_DATASET_ROOTS:
+            return False
+    # a base from elsewhere in the project (`from .base import BaseDataset`)
+    name = qualified or dotted_name(base) or ""
+    return name.rsplit(".", 1)[-1].endswith("Dataset")
