@@ -212,3 +212,25 @@ def _resolve_outside(node: cst.BaseExpression, ctx: Context, expanding: tuple[cs
     while site is not None and site.value in expanding:
         site = site.previous
     return node if site is None else ctx.resolve(site.value)
+
+
+def file_named_in(node: cst.BaseExpression, ctx: Context) -> str | None:
+    """`file_named`, also through a name bound to the path (`filename =
+    "checkpoint_ssd300.pth.tar"` then `torch.save(state, filename)`); a
+    binding whose value holds the current node (`ckpt = torch.load(ckpt)`)
+    is passed over for the one before it."""
+    found = file_named(node)
+    name = dotted_name(node) if found is None else None
+    site = ctx.binding_site(name) if name is not None else None
+    while site is not None and any(a is site.value for a in ctx.ancestors):
+        site = site.previous
+    return found if site is None else file_named(site.value)
+
+
+def holds_an_optimizer(saved: cst.BaseExpression, ctx: Context) -> bool:
+    """`{"model": model, "optimizer": optimizer}`, `{"optim": opt.state_dict()}`:
+    a save with an optimizer's state in it (on its parameters' GPU)."""
+    value = ctx.resolve(saved)
+    return isinstance(value, cst.Dict) and any(
+        isinstance(e, cst.DictElement) and holds_optimizer_state(e.value)
+        for e in value.elements)

@@ -14,11 +14,13 @@ from memlint.analysis.gpu_selection import in_single_process_arm
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.saved_files import (
-    DATA_KEYS, LIBRARIES, OPTIMIZER_NAME, calls_in, file_named, holds_arguments,
+    DATA_KEYS, LIBRARIES, OPTIMIZER_NAME, calls_in, file_named_in, holds_an_optimizer,
+    holds_arguments,
     holds_optimizer_state, is_item, literal_key, moves_to_cpu, path_key, saves_cpu_values,
     strings_in)
 from memlint.analysis.project import (Condition, Either, UnlessProjectOnCpu,
-                                      UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors)
+                                      UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors,
+                                      UnlessSavedWithoutOptimizer)
 from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
@@ -51,6 +53,9 @@ class LoadWithoutMapLocation(Rule):
                 "saved from (an extra copy on the GPU until the loaded object is freed; the "
                 "load fails on a host without that GPU); pass map_location=\"cpu\" or the "
                 "target device")
+    OPTIMIZER_KEPT = ("torch.load() without map_location: the checkpoint also holds the "
+                      "optimizer's state, restored onto the GPU it was saved from and never "
+                      "used here; pass map_location=\"cpu\" (and move the model where it runs)")
 
     VALID = [
         # whole pickled modules, unpacked, and a dict whose entry becomes the model
@@ -167,6 +172,7 @@ class LoadWithoutMapLocation(Rule):
         self.loads_seen = False  # a torch.load came before (what is saved may be what it read)
         #: (function, name) of state dicts whose every item was moved to the CPU
         self.items_on_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
+        self.files: dict[cst.Call, str | None] = {}  # the file name each load reads
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -182,11 +188,13 @@ class LoadWithoutMapLocation(Rule):
             made_here = self._made_without_cuda(saved)
             moved_to_cpu = self._moved_to_cpu(saved)
             on_cpu = on_cpu or self._items_moved_to_cpu(saved) or made_here is True or moved_to_cpu
-            file = file_named(path)
+            file = file_named_in(path, self.ctx)
             collector = FactCollector.of(self.ctx)
             if file is not None and collector is not None:
                 saves = collector.facts.saves
                 saves[file] = saves.get(file, True) and on_cpu
+                if holds_an_optimizer(saved, self.ctx):
+                    collector.facts.optimizer_saves.add(file)
             if key is not None:
                 (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
                 self.last_saves.setdefault(self.ctx.function, {})[key] = on_cpu
@@ -221,6 +229,7 @@ class LoadWithoutMapLocation(Rule):
             if key is not None else None
         self.loads.append((node, self.statement(), into is not None, model, saved_before,
                            single))
+        self.files[node] = file_named_in(node.args[0].value, self.ctx) if node.args else None
 
     def visit_For(self, node: cst.For) -> None:
         """`for k, v in sd.items(): sd[k] = v.cpu()`: every tensor of `sd` is
@@ -362,16 +371,22 @@ class LoadWithoutMapLocation(Rule):
             if saved_before is True or (saved_before is None and path in self.saved_on_cpu
                                         and path not in self.saved_maybe_gpu):
                 continue  # saved in this file from CPU values
+            file = self.files[node]
+            unless: Condition = UnlessProjectOnCpu.here(self.ctx)
             if not distributed and self._becomes_the_model(model):
-                continue  # a whole pickled model: it is the model, no second copy
+                # a whole pickled model: it is the model, no second copy; but an
+                # optimizer saved beside it is restored onto the GPU unused
+                taken = self.entries_taken.get(model or "", set())
+                if file is not None and not any(OPTIMIZER_NAME.search(t) for t in taken):
+                    self.report(node, self.OPTIMIZER_KEPT, statement,
+                                Either((unless, UnlessSavedWithoutOptimizer(file))))
+                continue
             if model is not None and model in self.used_as_data \
                     and model not in self.copied_into_modules:
                 continue  # a data set saved as tensors (`d["images"]`, `TensorDataset(...)`)
             copied = direct or (model is not None and model in self.copied_into_modules)
             ranks = distributed and not single  # not `if rank == 0:`, `if args.gpu is None:`
             message = self.RANKS if ranks else self.COPIED if copied else self.RESTORED
-            unless: Condition = UnlessProjectOnCpu.here(self.ctx)
-            file = file_named(node.args[0].value) if node.args else None
             if file is not None and path not in self.saved_maybe_gpu:
                 # saved by another file of the project, perhaps from CPU values
                 unless = Either((unless, UnlessSavedWithoutGpuTensors(file)))
