@@ -217,7 +217,7 @@ class CudaInDataWorker(Rule):
         if len(node.targets) != 1 or not isinstance(target, cst.Attribute) \
                 or target.attr.value not in dict(_WORKER_ARGUMENTS):
             return
-        workers = _Workers(f"{_code(target.value)}.num_workers", [None])
+        workers = _Workers("?", [None])  # the loader was made elsewhere
         code = [(target.attr.value, node.value, self._values(node.value))]
         self.loaders.append(_Loader(None, code, self.index.current_class, workers))
 
