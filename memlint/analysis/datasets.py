@@ -167,6 +167,24 @@ def _counts_a_data_set(node: cst.BaseExpression, ctx: Context) -> bool:
     return False
 
 
+#: Methods whose result is the same tensor's data, where it was.
+_SAME_TENSOR_METHODS = {"float", "double", "half", "long", "int", "bool", "reshape", "view",
+                        "contiguous", "squeeze", "unsqueeze", "transpose", "permute",
+                        "flatten", "clone", "detach", "pin_memory"}
+
+
+def kept_as_is(value: cst.BaseExpression) -> set[str]:
+    """The names whose tensors a stored value is, on their device: `x`,
+    `[x, y]`, `x.float()`; not `x.cpu().numpy()` nor what a call makes of them."""
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value in _SAME_TENSOR_METHODS:
+        value = value.func.value
+    if isinstance(value, (cst.List, cst.Tuple)):
+        return {n for e in value.elements for n in kept_as_is(e.value)}
+    name = dotted_name(value)
+    return {name} if name is not None else set()
+
+
 class SampleLoops:
     """Per loop over a data set's samples (`iterates_samples`), the names that
     hold the current sample: the loop's targets and what is made from them

@@ -9,7 +9,8 @@ import libcst as cst
 
 from memlint.analysis.context import BindingSite, Context
 from memlint.analysis.datasets import (NONE, SPLITS, STRONG, UNKNOWN, WEAK, SampleLoops,
-                                       iterates_loaded_collection, name_evidence,
+                                       iterates_loaded_collection, kept_as_is,
+                                       name_evidence,
                                        name_words, reads_whole_file)
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
 from memlint.analysis.names import call_arg, dotted_name
@@ -264,11 +265,10 @@ class WholeDatasetToDevice(Rule):
                                  returned=any(type(a) is cst.Return for a in self.ctx.ancestors)))
 
     def _sample_move(self, node: cst.Call, source: cst.BaseExpression, loop: cst.For) -> None:
-        """One sample of the data set moved in the loop over it: the whole data
-        set ends on the GPU when the move is in place on the loop's element of
-        a collection that outlives the loop (`for data in dataset: data.to(d)`,
-        PyG's in-place `Data.to`), or when the moved sample is kept in a
-        container made before the loop (`frames[i] = x.cuda()`)."""
+        """One sample moved in the loop over the data set: all of it ends on the GPU
+        when the move is in place on an element of a collection read whole (`for
+        data in dataset: data.to(d)`, PyG's in-place `Data.to`), or when the moved
+        sample is kept in a container made before the loop (`frames[i] = x`)."""
         if isinstance(self.ctx.parent, cst.Expr) and isinstance(loop.iter, cst.Name) \
                 and dotted_name(source) in names_in(loop.target) \
                 and iterates_loaded_collection(loop, self.ctx):
@@ -288,7 +288,7 @@ class WholeDatasetToDevice(Rule):
         owner = dotted_name(container)
         if owner is None or not self._sample_moves:
             return
-        site, kept = self.ctx.binding_site(owner), names_in(value)
+        site, kept = self.ctx.binding_site(owner), kept_as_is(value)
         for loop, targets, move, statement in self._sample_moves:
             outlives = site is None or not any(bound is loop for bound in site.loops)
             if targets & kept and outlives and any(o is loop for o in self.ctx.loops):
