@@ -173,6 +173,8 @@ class LoadWithoutMapLocation(Rule):
         #: (function, name) of state dicts whose every item was moved to the CPU
         self.items_on_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
         self.files: dict[cst.Call, str | None] = {}  # the file name each load reads
+        self.built_by_plain_class: set[cst.Call] = set()  # loads in a plain class's __init__
+        self.optimizer_entries: set[str] = set()  # names read by an optimizer key: `ckpt["optim"]`
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -303,6 +305,8 @@ class LoadWithoutMapLocation(Rule):
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         key = literal_key(node)
+        if key is not None and OPTIMIZER_NAME.search(key):
+            self.optimizer_entries.add(root_name(node.value) or "")
         if key is not None and key.lower() in DATA_KEYS:
             root = root_name(node.value)
             if root is not None:
@@ -371,6 +375,8 @@ class LoadWithoutMapLocation(Rule):
             if saved_before is True or (saved_before is None and path in self.saved_on_cpu
                                         and path not in self.saved_maybe_gpu):
                 continue  # saved in this file from CPU values
+            if node in self.built_by_plain_class and model not in self.optimizer_entries:
+                continue  # weights or bookkeeping read while an object is built
             file = self.files[node]
             unless: Condition = UnlessProjectOnCpu.here(self.ctx)
             if not distributed and self._becomes_the_model(model):
@@ -416,10 +422,15 @@ class LoadWithoutMapLocation(Rule):
         function, class_def = self.ctx.function, self.ctx.class_def
         if function is not None and defines_method(class_def, "__getitem__"):
             return True  # a Dataset reading one sample's file, not a checkpoint
-        # pretrained weights read while a module is built, on the CPU (not a
-        # trainer's `__init__` resuming a checkpoint into its GPU model)
-        return function is not None and function.name.value == "__init__" \
-            and class_def is not None and self._builds_a_module(class_def)
+        # pretrained weights read while an object is built: on the CPU for a
+        # module; a plain class's (a trainer's) is judged by what it takes out
+        # of the file (`ckpt["optimizer"]`: a training checkpoint), in `finish`
+        if function is None or function.name.value != "__init__" or class_def is None:
+            return False
+        if not self._builds_a_module(class_def):
+            self.built_by_plain_class.add(node)
+            return False
+        return True
 
     def _builds_a_module(self, class_def: cst.ClassDef) -> bool:
         """Whether the class may be a module: it defines `forward` or derives
