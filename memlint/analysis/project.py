@@ -101,6 +101,8 @@ class ModuleFacts:
     #: (`"training_args.bin"`), each with whether every save of it holds no
     #: GPU tensors (CPU values, command-line arguments), as MEM007 saw them
     saves: dict[str, bool] = field(default_factory=dict)
+    #: files it writes with `torch.save` (by name, as `saves`) holding an optimizer's state
+    optimizer_saves: set[str] = field(default_factory=set)
     #: each `torch.save` of model weights (not of an optimizer's, a
     #: scheduler's or the arguments), with whether it holds CPU values only
     model_saves: list[bool] = field(default_factory=list)
@@ -326,6 +328,19 @@ class UnlessSavedWithoutGpuTensors(Condition):
     def drops(self, project: Project) -> bool:
         verdicts = [facts.saves[self.file] for facts in project.modules if self.file in facts.saves]
         return bool(verdicts) and all(verdicts)
+
+
+@dataclass(frozen=True)
+class UnlessSavedWithoutOptimizer(Condition):
+    """A whole pickled model taken out of a loaded checkpoint (`model =
+    ckpt["model"]`): dropped unless the project saves a file of that name
+    with an optimizer in it, whose state the load restores onto the GPU
+    unused."""
+
+    file: str
+
+    def drops(self, project: Project) -> bool:
+        return not any(self.file in facts.optimizer_saves for facts in project.modules)
 
 
 @dataclass(frozen=True)

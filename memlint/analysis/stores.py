@@ -24,9 +24,10 @@ from memlint.analysis.torch_api import CONCATENATIONS, INDEX_RANGES
 STORING_METHODS = {"append": "append", "extend": "extend with", "insert": "insert",
                    "appendleft": "append"}
 
+#: Words of the names a loop over data gives its variable or iterates
+#: (`for epoch in ...`, `in train_loader`, `in range(num_batches)`).
 _DATA_LOOP = re.compile(r"load|batch|data|epoch|step|iter|sample|episode|train|valid|val_|"
-                        r"test|eval|input|image|img|example|\b(x|y|xb|yb|dl|ds)\b|"
-                        r"range\(\d{2,}\)", re.IGNORECASE)
+                        r"test|eval|input|image|img|example|^(x|y|xb|yb|dl|ds)$", re.IGNORECASE)
 #: A loop across batches: `_DATA_LOOP` less the words of one batch's parts
 #: (`for x in inputs`, `range(batch_size)`, `zip(recons, input_features)`).
 _ACROSS_BATCHES = re.compile(r"load|batches|\bbatch\b|data|epoch|step|iter|sample|episode|train|"
@@ -137,8 +138,80 @@ def loop_header(loop: cst.For) -> str:
 
 def is_data_loop(loop: Loop) -> bool:
     """A loop over batches, epochs or steps (`for x, y in loader`, `while True`),
-    not over the heads, scales or blocks of one model."""
-    return isinstance(loop, cst.While) or _DATA_LOOP.search(loop_header(loop)) is not None
+    not over the heads, scales or blocks of one model, nor a fixed number of
+    repeats of one step (`for _ in range(hp.train.rep_discriminator)`). Told by
+    what it iterates: a count taken from the data (`range(len(X))`,
+    `range(X.shape[0] // bs)`, `range(10000)`), a body that draws data
+    (`next(it)`, a nested loop over data); else by the names of what it
+    iterates and of its variable, never by the path they hang from (the
+    `train` of `hp.train.rep_discriminator` says nothing of the loop)."""
+    if isinstance(loop, cst.While):
+        return True
+    iterable = _unwrapped(loop.iter)
+    if isinstance(iterable, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.SimpleString)):
+        return False
+    if isinstance(iterable, cst.Call) and (dotted_name(iterable.func) or "") in _COUNTS:
+        if any(_data_sized(arg.value) for arg in iterable.args) or _draws_data(loop):
+            return True
+    return any(_DATA_LOOP.search(name) for name in _loop_names(loop.target, iterable))
+
+
+def _unwrapped(iterable: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(iterable, cst.Call) and iterable.args \
+            and (dotted_name(iterable.func) or "").rsplit(".", 1)[-1] in _LOOP_WRAPPERS:
+        iterable = iterable.args[0].value
+    return iterable
+
+
+def _data_sized(node: cst.BaseExpression) -> bool:
+    """`len(X)`, `X.shape[0] // bs`, `X.size(0)`, a literal of 10 or more."""
+    pending: list[cst.CSTNode] = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Integer):
+            if int(current.evaluated_value) >= 10:
+                return True
+        elif isinstance(current, cst.Call):
+            if dotted_name(current.func) == "len" or (isinstance(current.func, cst.Attribute)
+                                                      and current.func.attr.value == "size"):
+                return True
+            pending.extend(arg.value for arg in current.args)
+        elif isinstance(current, cst.Attribute) and current.attr.value == "shape":
+            return True
+        elif isinstance(current, (cst.BinaryOperation, cst.Subscript, cst.UnaryOperation)):
+            pending.extend(current.children)
+    return False
+
+
+def _draws_data(loop: cst.For) -> bool:
+    """The body takes a new batch each iteration: `next(it)`, or a nested
+    loop that is itself over data."""
+    pending: list[cst.CSTNode] = [loop.body]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Call) and dotted_name(current.func) == "next":
+            return True
+        if isinstance(current, (cst.For, cst.While)) and is_data_loop(current):
+            return True
+        if not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            pending.extend(current.children)
+    return False
+
+
+def _loop_names(target: cst.BaseExpression, iterable: cst.BaseExpression) -> list[str]:
+    """The names a loop's variable and its iterable are known by: the last
+    part of each dotted name (`rep_discriminator` of `hp.train.rep_discriminator`)."""
+    names: list[str] = []
+    pending: list[cst.CSTNode] = [target, iterable]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, (cst.Name, cst.Attribute)):
+            name = dotted_name(current)
+            if name is not None:
+                names.append(name.rsplit(".", 1)[-1])
+                continue
+        pending.extend(current.children)
+    return names
 
 
 def reads_across_batches(loop: Loop) -> bool:

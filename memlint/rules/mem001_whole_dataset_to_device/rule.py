@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 import libcst as cst
 
 from memlint.analysis.context import BindingSite, Context
+from memlint.analysis.datasets import (NONE, SPLITS, STRONG, UNKNOWN, WEAK, SampleLoops,
+                                       iterates_loaded_collection, kept_as_is,
+                                       name_evidence,
+                                       name_words, reads_whole_file)
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
 from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.autograd_values import names_in
 from memlint.analysis.walker import children
 from memlint.analysis.torch_api import DATA_LOADERS, SAME_DATA_CALLS, TENSOR_DATASETS, TENSOR_TYPES
 from memlint.finding import UNSAFE
@@ -20,26 +24,9 @@ _SAME_DATA_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "boo
                       "astype", "reshape", "view", "contiguous", "squeeze", "unsqueeze",
                       "transpose", "permute", "flatten", "clone", "copy", "type", "to",
                       "pin_memory", "numpy", "detach", "requires_grad_"}
-#: Readers of whole files into memory.
-_READERS = {"numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
-            "numpy.memmap"}
-_READER_PREFIXES = ("pandas.read_",)
 #: Keywords a move may carry and still be undone by dropping it (not `dtype`).
 _MOVE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
-# Words in a variable name that say "this is the data set", split like `X_train` -> x, train.
-_SPLITS = {"train", "training", "test", "testing", "val", "valid", "validation", "holdout",
-           "all", "full", "whole", "entire"}
-_SPLIT_NAMES = ("train", "test")  # not `val`, `valid`: a value, a flag
-_DATA_WORDS = {"x", "y", "data", "features", "feats", "labels", "images", "imgs", "targets",
-               "inputs", "samples", "examples", "set", "ds", "arr", "array", "tensor",
-               "tensors", "matrix", "points", "sequences", "texts", "tokens"}
-_DATASET_WORDS = {"dataset", "datasets", "df", "dataframe", "corpus", "trainset", "testset",
-                  "valset", "xtrain", "ytrain", "xtest", "ytest", "xval", "yval", "trainx",
-                  "trainy", "testx", "testy"}
-#: Names that hold the data set only where data is set up (module, __init__, load_data ...).
-_WEAK_DATA_WORDS = {"data", "features", "feats", "labels", "images", "imgs", "targets",
-                    "inputs", "samples", "examples"}
 #: Index names that pick a mini-batch or one sample out of the data.
 _BATCH_INDEX_WORDS = {"i", "j", "k", "b", "idx", "idxs", "index", "indices", "ix", "batch",
                       "ids", "sample", "mb", "minibatch", "start", "end", "perm"}
@@ -54,54 +41,11 @@ _NOT_SETUP_WORDS = {"batch", "step", "sample", "forward", "predict", "act", "fee
 #: Words of a function run once per batch or step (not `predict(X_test)`,
 #: which may be handed a whole split and slice it itself).
 _STEP_WORDS = {"batch", "step", "loss", "feed", "forward", "act"}
-#: Words in a name that say "one batch or sample", whatever else it says.
-_ONE_SAMPLE_WORDS = {"batch", "minibatch", "mb", "state", "states", "obs", "observation",
-                     "observations", "action", "actions", "reward", "rewards"}
-#: Last words that make a name a tool working on data, not data: `data_processor`,
-#: `train_transform`, `y_normalizer` (the last word of an English compound names it).
-_TOOL_WORDS = {"processor", "processors", "transform", "transforms", "normalizer",
-               "normaliser", "scaler", "sampler", "loader", "loaders", "collator",
-               "tokenizer", "augmenter", "pipeline", "module", "model", "handler", "manager"}
 #: Functions that run once per batch or sample, where an index picks a batch.
 _PER_BATCH_FUNCTIONS = {"getitem", "getitems", "batch", "batches", "minibatch", "iterate"}
 #: Words in a callee's name that say it is a model being run.
 _MODEL_WORDS = {"model", "net", "network", "encoder", "decoder", "classifier", "gnn", "gcn",
                 "gat", "mlp", "module"}
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-
-NONE, UNKNOWN, WEAK, STRONG = range(4)
-
-
-def _words(name: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(name)]
-
-
-def _name_evidence(name: str) -> int:
-    """How surely a variable name holds a whole data set, from its words alone."""
-    parts = [p for p in name.split(".") if p not in ("self", "cls")]
-    if len(parts) > 1 and not _data_like(parts[-1]):
-        return NONE  # an attribute of a data set (`TRAIN_DATASET.labelweights`), not its data
-    last_words = _words(parts[-1]) if parts else []
-    if last_words and last_words[-1] in _TOOL_WORDS:
-        return NONE  # `data_processor.to(device)`: what processes the data set, not the data
-    words = {w for part in parts for w in _words(part)}
-    words |= {part.lower().replace("_", "") for part in parts}
-    if words & _DATASET_WORDS or (words & _SPLITS and words & _DATA_WORDS):
-        return STRONG
-    if words & _ONE_SAMPLE_WORDS:
-        return NONE
-    if words & _WEAK_DATA_WORDS or (parts and parts[-1] in ("X", "Y", *_SPLIT_NAMES)):
-        return WEAK
-    return UNKNOWN
-
-
-def _data_like(part: str) -> bool:
-    """Whether one part of a dotted name could name data (`x`, `train_data`, `targets`)."""
-    words = {*_words(part), part.lower().replace("_", "")}
-    return bool(words & (_DATA_WORDS | _DATASET_WORDS | _SPLITS | _WEAK_DATA_WORDS)) \
-        or part in ("X", "Y")
-
-
 class WholeDatasetToDevice(Rule):
     """A whole array, data frame or tensor data set moved to a CUDA device in one
     statement (`torch.tensor(X_train).to(device)`, `TensorDataset(x.cuda(), y.cuda())`):
@@ -122,6 +66,9 @@ class WholeDatasetToDevice(Rule):
                "for the program's lifetime, sized by the data rather than the batch; keep it "
                "on the CPU, wrap it in a Dataset and DataLoader(pin_memory=True), and move "
                "each batch with .to(device, non_blocking=True)")
+    SAMPLES_MESSAGE = ("'{source}' puts the data set on the GPU{how}: the entire data set stays in "
+                       "GPU memory, sized by the data rather than the batch; keep the samples on "
+                       "the CPU and move each batch where it is used")
     TENSOR_DATASET_MESSAGE = (
         "TensorDataset built from tensors already on the GPU: the whole data set stays in "
         "GPU memory for the program's lifetime, sized by the data rather than the batch; "
@@ -267,6 +214,9 @@ class WholeDatasetToDevice(Rule):
         #: names handed whole to a call inside a loop (`train(model, (features, adj))`
         #: every epoch): the full-batch use of what a loader function returned
         self._handed_in_loops: set[str] = set()
+        self.samples = ctx.shared(SampleLoops)
+        #: moves of one sample in a loop over the data set: (loop, names bound, move, statement)
+        self._sample_moves: list[tuple[cst.For, frozenset[str], cst.Call, cst.CSTNode | None]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -281,6 +231,8 @@ class WholeDatasetToDevice(Rule):
                 self._loaders.append((dataset.value, self._targets(node)))
         self._note_call(node)
         self._note_whole_use(node)
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "append" and node.args:
+            self._note_kept(node.func.value, node.args[0].value)
         func = node.func
         if type(func) is cst.Attribute and moves_to_cuda(node, self.ctx):
             self._note_batch_move(func.value)
@@ -294,6 +246,10 @@ class WholeDatasetToDevice(Rule):
             return  # a model's own tensors (an index table, a mask) live with it on the GPU
         if self._fed_to_a_model(node):
             return  # `model(X_test.to(device))`: the batch is the split, and the copy a temporary
+        loop = self.samples.loop_of(source) if self.ctx.in_loop else None
+        if loop is not None:
+            self._sample_move(node, source, loop)
+            return
         evidence = self._evidence(source)
         whole = evidence == STRONG or (evidence == WEAK and self._at_setup_level()
                                        and not self._from_a_parameter(source))
@@ -307,6 +263,39 @@ class WholeDatasetToDevice(Rule):
                                  evidence != NONE and not self.ctx.in_loop
                                  and not self._in_step_function(), targets, self._place(),
                                  returned=any(type(a) is cst.Return for a in self.ctx.ancestors)))
+
+    def _sample_move(self, node: cst.Call, source: cst.BaseExpression, loop: cst.For) -> None:
+        """One sample moved in the loop over the data set: all of it ends on the GPU
+        when the move is in place on an element of a collection read whole (`for
+        data in dataset: data.to(d)`, PyG's in-place `Data.to`), or when the moved
+        sample is kept in a container made before the loop (`frames[i] = x`)."""
+        if isinstance(self.ctx.parent, cst.Expr) and isinstance(loop.iter, cst.Name) \
+                and dotted_name(source) in names_in(loop.target) \
+                and iterates_loaded_collection(loop, self.ctx):
+            how = f" in place, element by element of '{loop.iter.value}'"
+            self._report_once(node, self.SAMPLES_MESSAGE.format(source=_shorten(source), how=how))
+        else:
+            self._sample_moves.append((loop, self._targets(node), node, self.statement()))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        target = node.targets[0].target
+        if len(node.targets) == 1 and isinstance(target, cst.Subscript):
+            self._note_kept(target.value, node.value)
+
+    def _note_kept(self, container: cst.BaseExpression, value: cst.BaseExpression) -> None:
+        """`frames[i] = [x, y]`, `cache.append(x)`: report the sample moves whose
+        results go into a container that outlives their loop over the data."""
+        owner = dotted_name(container)
+        if owner is None or not self._sample_moves:
+            return
+        site, kept = self.ctx.binding_site(owner), kept_as_is(value)
+        for loop, targets, move, statement in self._sample_moves:
+            outlives = site is None or not any(bound is loop for bound in site.loops)
+            if targets & kept and outlives and any(o is loop for o in self.ctx.loops):
+                source = move.func.value if isinstance(move.func, cst.Attribute) else move
+                how = f" one sample at a time, each kept in '{owner}' after the loop"
+                message = self.SAMPLES_MESSAGE.format(source=_shorten(source), how=how)
+                self._report_once(move, message, statement)
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         name = dotted_name(node.value)
@@ -627,13 +616,13 @@ class WholeDatasetToDevice(Rule):
         function run once per batch or step, whose tensors are that batch's
         (sliced per sample afterwards, they are still one batch)."""
         function = self.ctx.function
-        return function is not None and bool(set(_words(function.name.value)) & _STEP_WORDS)
+        return function is not None and bool(set(name_words(function.name.value)) & _STEP_WORDS)
 
     def _in_per_batch_function(self) -> bool:
         """`__getitem__`, `get_batch`, `iterate_minibatches`: run once per batch or sample."""
         function = self.ctx.function
         return function is not None \
-            and bool(set(_words(function.name.value)) & _PER_BATCH_FUNCTIONS)
+            and bool(set(name_words(function.name.value)) & _PER_BATCH_FUNCTIONS)
 
     def _slices_batches(self, node: cst.Subscript) -> bool:
         """Rows picked per iteration: `X[i:i + bs]`, `X[ids[k]:ids[k + 1]]` in a loop,
@@ -663,7 +652,7 @@ class WholeDatasetToDevice(Rule):
         name = dotted_name(func)
         if name is None or self.ctx.qualify(func) is not None:
             return False
-        if set(_words(name.rsplit(".", 1)[-1])) & _MODEL_WORDS:
+        if set(name_words(name.rsplit(".", 1)[-1])) & _MODEL_WORDS:
             return True
         bound = self.ctx.binding(name)
         while isinstance(bound, cst.Call) and isinstance(bound.func, cst.Attribute) \
@@ -682,7 +671,7 @@ class WholeDatasetToDevice(Rule):
         function = self.ctx.function
         if function is None:
             return True
-        words = set(_words(function.name.value))
+        words = set(name_words(function.name.value))
         return bool(words & _SETUP_WORDS) and not words & _NOT_SETUP_WORDS
 
     def _evidence(self, node: cst.BaseExpression, depth: int = 0) -> int:
@@ -723,12 +712,12 @@ class WholeDatasetToDevice(Rule):
                 return from_binding
         if name.isupper() and len(name) > 1:
             return NONE  # a constant such as MEAN, defined elsewhere
-        return _name_evidence(name)
+        return name_evidence(name)
 
     def _call_evidence(self, node: cst.Call, depth: int) -> int:
         # `torch.zeros` where torch came in through another module's `import *`
         qualified = self.ctx.qualify(node.func) or _unimported_torch(node.func)
-        if qualified in _READERS or qualified.startswith(_READER_PREFIXES):
+        if reads_whole_file(qualified):
             return STRONG
         if qualified in SAME_DATA_CALLS or cuda_tensor_type(node.func, self.ctx):
             if not node.args or _sizes_only(node, qualified):
@@ -770,8 +759,8 @@ class WholeDatasetToDevice(Rule):
             return True  # `dataset[0]`, `dataset[torch.tensor([1])]`: a row or two
         for element in node.slice:
             for name in _names_in(element.slice):
-                words = set(_words(name))
-                if words & _BATCH_INDEX_WORDS and not words & _SPLITS:
+                words = set(name_words(name))
+                if words & _BATCH_INDEX_WORDS and not words & SPLITS:
                     return True
         return False
 

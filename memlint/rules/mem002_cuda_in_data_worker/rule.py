@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.context import Context
+from memlint.analysis.datasets import is_dataset_class
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
 from memlint.analysis.module_index import PARTIALS, ClassInfo, FunctionInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, has_star_args
@@ -21,10 +22,6 @@ from memlint.rules.base import Rule, RuleOptions
 _WORKER_METHODS = ("__getitem__", "__getitems__", "__iter__", "__next__")
 #: DataLoader arguments that run in the workers, with their positions.
 _WORKER_ARGUMENTS = (("collate_fn", 6), ("worker_init_fn", 10))
-#: Libraries whose `Dataset` classes are not fed to a torch DataLoader.
-_FOREIGN_DATASET_ROOTS = {"datasets", "tensorflow", "tf", "keras", "tensorflow_datasets",
-                          "paddle", "mindspore", "jax", "flax", "ray"}
-
 
 @dataclass
 class _CudaSite:
@@ -212,6 +209,17 @@ class CudaInDataWorker(Rule):
         else:
             return
         self.sites.append(_CudaSite(unit, node, self.statement(), action, fix))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        """`dataloader.collate_fn = self.smart_batching_collate`: a function
+        installed into a loader made elsewhere, whose workers this file does not set."""
+        target = node.targets[0].target
+        if len(node.targets) != 1 or not isinstance(target, cst.Attribute) \
+                or target.attr.value not in dict(_WORKER_ARGUMENTS):
+            return
+        workers = _Workers("?", [None])  # the loader was made elsewhere
+        code = [(target.attr.value, node.value, self._values(node.value))]
+        self.loaders.append(_Loader(None, code, self.index.current_class, workers))
 
     def _loader(self, node: cst.Call) -> _Loader:
         dataset = call_arg(node, "dataset", position=0)
@@ -448,7 +456,7 @@ class CudaInDataWorker(Rule):
         constructed = {site.node.func.value for site in self.index.calls
                        if isinstance(site.node.func, cst.Name)}
         for name in self.index.classes:
-            if name not in passed and not self._is_dataset(name):
+            if name not in passed and not is_dataset_class(name, self.index, self.ctx):
                 continue
             loaders = passed.get(name) or (anonymous if name in constructed else [])
             note = self._workers_note(loaders) if loaders else ""
@@ -482,7 +490,8 @@ class CudaInDataWorker(Rule):
         for function in self.index.functions.values():
             if function in labels or not _COLLATE_NAME.fullmatch(function.name):
                 continue
-            if function.class_name is None or self._is_dataset(function.class_name):
+            owner = function.class_name
+            if owner is None or is_dataset_class(owner, self.index, self.ctx):
                 keyword = "worker_init_fn" if "init" in function.name else "collate_fn"
                 loaders = anonymous.get(keyword, []) if function.name in referenced else []
                 note = self._workers_note(loaders) if loaders else ""
@@ -517,31 +526,6 @@ class CudaInDataWorker(Rule):
         if isinstance(expr, cst.Call):
             return self.index.local_class(expr.func)
         return None
-
-    def _is_dataset(self, class_name: str) -> bool:
-        for info in self.index.lineage(class_name):
-            for base in info.bases:
-                if isinstance(base, cst.Name) and base.value in self.index.classes:
-                    continue  # judged as it comes up in the lineage
-                if self._is_dataset_base(base):
-                    return True
-        return False
-
-    def _is_dataset_base(self, base: cst.BaseExpression) -> bool:
-        qualified = self.ctx.names.qualify(base)
-        if qualified is not None:
-            if qualified.startswith("torch.utils.data."):
-                # a Dataset runs in the workers; a DataLoader or a Sampler subclass's
-                # `__iter__` runs in the main process, around the workers
-                last = qualified.rsplit(".", 1)[-1]
-                return last.endswith("Dataset") or last == "Subset"
-            if qualified.startswith("torchvision.datasets."):
-                return True
-            if qualified.split(".", 1)[0] in _FOREIGN_DATASET_ROOTS:
-                return False
-        # a base from elsewhere in the project (`from .base import BaseDataset`)
-        name = qualified or dotted_name(base) or ""
-        return name.rsplit(".", 1)[-1].endswith("Dataset")
 
 
 #: Functions named as what they are for, whose DataLoader is built in another file.

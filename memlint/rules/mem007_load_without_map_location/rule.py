@@ -13,8 +13,14 @@ from memlint.analysis.flows import root_name
 from memlint.analysis.gpu_selection import in_single_process_arm
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.saved_files import (
+    DATA_KEYS, LIBRARIES, OPTIMIZER_NAME, calls_in, file_named_in, holds_an_optimizer,
+    holds_arguments,
+    holds_optimizer_state, is_item, literal_key, moves_to_cpu, path_key, saves_cpu_values,
+    strings_in)
 from memlint.analysis.project import (Condition, Either, UnlessProjectOnCpu,
-                                      UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors)
+                                      UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors,
+                                      UnlessSavedWithoutOptimizer)
 from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
@@ -47,6 +53,9 @@ class LoadWithoutMapLocation(Rule):
                 "saved from (an extra copy on the GPU until the loaded object is freed; the "
                 "load fails on a host without that GPU); pass map_location=\"cpu\" or the "
                 "target device")
+    OPTIMIZER_KEPT = ("torch.load() without map_location: the checkpoint also holds the "
+                      "optimizer's state, restored onto the GPU it was saved from and never "
+                      "used here; pass map_location=\"cpu\" (and move the model where it runs)")
 
     VALID = [
         # whole pickled modules, unpacked, and a dict whose entry becomes the model
@@ -163,6 +172,9 @@ class LoadWithoutMapLocation(Rule):
         self.loads_seen = False  # a torch.load came before (what is saved may be what it read)
         #: (function, name) of state dicts whose every item was moved to the CPU
         self.items_on_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
+        self.files: dict[cst.Call, str | None] = {}  # the file name each load reads
+        self.built_by_plain_class: set[cst.Call] = set()  # loads in a plain class's __init__
+        self.optimizer_entries: set[str] = set()  # names read by an optimizer key: `ckpt["optim"]`
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -172,22 +184,24 @@ class LoadWithoutMapLocation(Rule):
         self._note_move_to_cpu(node)
         if qualified in SAVES and len(node.args) >= 2:
             saved, path = node.args[0].value, node.args[1].value
-            on_cpu = _saves_cpu_values(saved, self.ctx, self.moved_to_gpu) \
-                or _holds_arguments(saved)
-            key = _path_key(path)
+            on_cpu = saves_cpu_values(saved, self.ctx, self.moved_to_gpu) \
+                or holds_arguments(saved)
+            key = path_key(path)
             made_here = self._made_without_cuda(saved)
             moved_to_cpu = self._moved_to_cpu(saved)
             on_cpu = on_cpu or self._items_moved_to_cpu(saved) or made_here is True or moved_to_cpu
-            file = _file_named(path)
+            file = file_named_in(path, self.ctx)
             collector = FactCollector.of(self.ctx)
             if file is not None and collector is not None:
                 saves = collector.facts.saves
                 saves[file] = saves.get(file, True) and on_cpu
+                if holds_an_optimizer(saved, self.ctx):
+                    collector.facts.optimizer_saves.add(file)
             if key is not None:
                 (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
                 self.last_saves.setdefault(self.ctx.function, {})[key] = on_cpu
             if collector is not None and (made_here is not None or moved_to_cpu) and not (
-                    _holds_optimizer_state(saved) or _holds_arguments(saved)):
+                    holds_optimizer_state(saved) or holds_arguments(saved)):
                 collector.facts.model_saves.append(on_cpu)
             return
         if qualified not in LOADS:
@@ -200,20 +214,24 @@ class LoadWithoutMapLocation(Rule):
         if self.ctx.in_cpu_branch() or self.ctx.in_pytest_test or self._holds_no_gpu_tensors(node):
             return
         into = self._loaded_into()
-        if into is not None and _OPTIMIZER.search(into):
-            return  # optimizer.load_state_dict moves each state onto its parameter: no copy
+        single = in_single_process_arm(self.ctx)
         if into is not None and "scheduler" in into.lower():
             return  # a learning-rate schedule's state: numbers, no tensors
+        if into is not None and OPTIMIZER_NAME.search(into) and (single or not self._ranks()):
+            # optimizer.load_state_dict keeps each state where its parameter is: no
+            # copy in one process; with several, every rank's copy lands on cuda:0
+            return
         if into is not None and self._is_engine(into):
             return  # a TensorRT engine's state (torch2trt's TRTModule): bytes and names
         model = "<chained>" if self._chained_as_model() else self._assigned_name()
-        key = _path_key(node.args[0].value) if node.args else None
+        key = path_key(node.args[0].value) if node.args else None
         # the save of that path just before, in the same function or notebook:
         # what this load reads back when it runs straight after it
         saved_before = self.last_saves.get(self.ctx.function, {}).get(key) \
             if key is not None else None
         self.loads.append((node, self.statement(), into is not None, model, saved_before,
-                           in_single_process_arm(self.ctx)))
+                           single))
+        self.files[node] = file_named_in(node.args[0].value, self.ctx) if node.args else None
 
     def visit_For(self, node: cst.For) -> None:
         """`for k, v in sd.items(): sd[k] = v.cpu()`: every tensor of `sd` is
@@ -233,8 +251,8 @@ class LoadWithoutMapLocation(Rule):
                 continue
             for small in statement.body:
                 if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                        and _is_item(small.targets[0].target, container, key) \
-                        and _moves_to_cpu(small.value, value):
+                        and is_item(small.targets[0].target, container, key) \
+                        and moves_to_cpu(small.value, value):
                     self.items_on_cpu.add((self.ctx.function, container))
 
     def _made_without_cuda(self, saved: cst.BaseExpression) -> bool | None:
@@ -264,9 +282,9 @@ class LoadWithoutMapLocation(Rule):
             if not pending:
                 break
             for node in pending:
-                for call in _calls_in(node):
+                for call in calls_in(node):
                     qualified = self.ctx.qualify(call.func)
-                    if qualified is not None and not qualified.startswith(_LIBRARIES):
+                    if qualified is not None and not qualified.startswith(LIBRARIES):
                         return False  # `Agent(...)` of the project's dqn_agent.py
             names = {n.split(".", 1)[0] for node in pending for n in names_in(node)} - read
             read |= names
@@ -286,8 +304,10 @@ class LoadWithoutMapLocation(Rule):
         return name is not None and (self.ctx.function, name) in self.items_on_cpu
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
-        key = _literal_key(node)
-        if key is not None and key.lower() in _DATA_KEYS:
+        key = literal_key(node)
+        if key is not None and OPTIMIZER_NAME.search(key):
+            self.optimizer_entries.add(root_name(node.value) or "")
+        if key is not None and key.lower() in DATA_KEYS:
             root = root_name(node.value)
             if root is not None:
                 self.used_as_data.add(root)
@@ -343,23 +363,36 @@ class LoadWithoutMapLocation(Rule):
         name = dotted_name(saved.func.value)
         return name is not None and self.last_move.get(name) == "cpu"
 
+    def _ranks(self) -> bool:
+        """The file runs as several processes (ranks), as far as it shows so far
+        or its text says (`local_rank`, `world_size`, `mp.spawn`)."""
+        return self.starts_ranks is not None or self.facts.distributed
+
     def finish(self) -> None:
-        distributed = self.starts_ranks is not None or self.facts.distributed
+        distributed = self._ranks()
         for node, statement, direct, model, saved_before, single in self.loads:
-            path = _path_key(node.args[0].value) if node.args else None
+            path = path_key(node.args[0].value) if node.args else None
             if saved_before is True or (saved_before is None and path in self.saved_on_cpu
                                         and path not in self.saved_maybe_gpu):
                 continue  # saved in this file from CPU values
+            if node in self.built_by_plain_class and model not in self.optimizer_entries:
+                continue  # weights or bookkeeping read while an object is built
+            file = self.files[node]
+            unless: Condition = UnlessProjectOnCpu.here(self.ctx)
             if not distributed and self._becomes_the_model(model):
-                continue  # a whole pickled model: it is the model, no second copy
+                # a whole pickled model: it is the model, no second copy; but an
+                # optimizer saved beside it is restored onto the GPU unused
+                taken = self.entries_taken.get(model or "", set())
+                if file is not None and not any(OPTIMIZER_NAME.search(t) for t in taken):
+                    self.report(node, self.OPTIMIZER_KEPT, statement,
+                                Either((unless, UnlessSavedWithoutOptimizer(file))))
+                continue
             if model is not None and model in self.used_as_data \
                     and model not in self.copied_into_modules:
                 continue  # a data set saved as tensors (`d["images"]`, `TensorDataset(...)`)
             copied = direct or (model is not None and model in self.copied_into_modules)
             ranks = distributed and not single  # not `if rank == 0:`, `if args.gpu is None:`
             message = self.RANKS if ranks else self.COPIED if copied else self.RESTORED
-            unless: Condition = UnlessProjectOnCpu.here(self.ctx)
-            file = _file_named(node.args[0].value) if node.args else None
             if file is not None and path not in self.saved_maybe_gpu:
                 # saved by another file of the project, perhaps from CPU values
                 unless = Either((unless, UnlessSavedWithoutGpuTensors(file)))
@@ -378,19 +411,33 @@ class LoadWithoutMapLocation(Rule):
         """A data or cache file, or pretrained weights loaded while a module is built."""
         names = [dotted_name(node.args[0].value) or "" if node.args else ""]
         if node.args:  # `os.path.join(out_dir, "scheduler.pt")`: the literals of the path
-            names += [string_value(n) or "" for n in _strings_in(node.args[0].value)]
+            names += [string_value(n) or "" for n in strings_in(node.args[0].value)]
         parent = self.ctx.parent
         if isinstance(parent, cst.Assign):
             names += [n for t in parent.targets for n in names_in(t.target)]
         if isinstance(parent, cst.Subscript):  # `torch.load(p)["images"]`
-            names.append(_literal_key(parent) or "")
+            names.append(literal_key(parent) or "")
         if any(_DATA_FILE.search(name) for name in names if name):
             return True
-        function = self.ctx.function
-        if function is not None and defines_method(self.ctx.class_def, "__getitem__"):
+        function, class_def = self.ctx.function, self.ctx.class_def
+        if function is not None and defines_method(class_def, "__getitem__"):
             return True  # a Dataset reading one sample's file, not a checkpoint
-        return (function is not None and function.name.value == "__init__"
-                and self.ctx.class_def is not None)
+        # pretrained weights read while an object is built: on the CPU for a
+        # module; a plain class's (a trainer's) is judged by what it takes out
+        # of the file (`ckpt["optimizer"]`: a training checkpoint), in `finish`
+        if function is None or function.name.value != "__init__" or class_def is None:
+            return False
+        if not self._builds_a_module(class_def):
+            self.built_by_plain_class.add(node)
+            return False
+        return True
+
+    def _builds_a_module(self, class_def: cst.ClassDef) -> bool:
+        """Whether the class may be a module: it defines `forward` or derives
+        from something (`nn.Module`, a base of another file); a plain class
+        (`class Trainer(object):`) holding a GPU model is not one."""
+        return defines_method(class_def, "forward") or any(
+            dotted_name(base.value) != "object" for base in class_def.bases)
 
     def _is_engine(self, name: str) -> bool:
         """`model_trt = TRTModule()` (torch2trt): a serialized TensorRT engine."""
@@ -453,192 +500,6 @@ class LoadWithoutMapLocation(Rule):
 #: What is done to a model and not to a dict of tensors.
 _MODEL_USES = {"cuda", "to", "eval", "train", "parameters", "named_parameters", "forward",
                "modules", "children", "half", "float", "zero_grad", "generate", "predict"}
-_OPTIMIZER = re.compile(r"(^|[._])(optim\w*|opt|opt_\w+|\w+_opt|\w*optimizer\w*)$", re.IGNORECASE)
 #: Files that hold data, caches or bookkeeping rather than GPU tensors.
 _DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|scheduler|slices|"
                         r"^data$|\.data$|_data$|^data_|^images$|^labels$)", re.IGNORECASE)
-
-
-def _strings_in(node: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The string literals of an expression (`os.path.join(d, "best.pt")`)."""
-    found: list[cst.BaseExpression] = []
-    pending = [node]
-    while pending and len(found) < 8:
-        current = pending.pop()
-        if isinstance(current, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
-            found.append(current)
-        elif isinstance(current, cst.Call):
-            pending.extend(arg.value for arg in current.args)
-        elif isinstance(current, cst.BinaryOperation):
-            pending.extend((current.left, current.right))
-    return found
-
-
-_BUILT_CLASS = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
-
-
-#: Keys under which a saved data set keeps its tensors.
-_DATA_KEYS = {"images", "labels", "data", "x", "y", "inputs", "targets", "features", "samples",
-              "train", "test", "valid", "val", "train_x", "train_y", "test_x", "test_y"}
-
-
-def _literal_key(node: cst.Subscript) -> str | None:
-    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
-        return None
-    return string_value(node.slice[0].slice.value)
-
-
-def _path_key(node: cst.BaseExpression) -> str | None:
-    """A path expression as text, to pair a load with the save of the same
-    file: the literal, the name (`args.out`), or the file name written inside
-    it (`os.path.join(args.model_dir, "training_args.bin")`)."""
-    text = string_value(node)
-    if text:
-        return text
-    return dotted_name(node) or _file_named(node)
-
-
-def _file_named(node: cst.BaseExpression) -> str | None:
-    """The file name a path expression spells out, if one: `best.pt` for
-    `"runs/best.pt"` and `os.path.join(out, "best.pt")`; None for a bare
-    name or a folder."""
-    for literal in reversed(_strings_in(node)):
-        text = string_value(literal) or ""
-        name = text.replace("\\", "/").rsplit("/", 1)[-1]
-        if "." in name.strip("."):
-            return name
-    return None
-
-
-#: What holds a program's settings (an argparse Namespace, a config), not tensors.
-_ARGUMENTS = {"args", "training_args", "train_args", "config", "cfg", "hparams", "opt", "opts",
-              "options", "hyperparams"}
-
-
-#: libraries whose models and tensors are built on the CPU unless told otherwise
-_LIBRARIES = ("torch", "numpy", "scipy", "collections", "builtins", "math", "copy")
-
-
-def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    found, pending = [], [node]
-    while pending:
-        current = pending.pop()
-        if isinstance(current, cst.Call):
-            found.append(current)
-        pending.extend(current.children)
-    return found
-
-
-def _holds_optimizer_state(node: cst.BaseExpression) -> bool:
-    """`optimizer.state_dict()`, `scheduler.state_dict()`: loaded back into an
-    optimizer or a scheduler, never copied into a model."""
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        node = node.func.value
-    name = dotted_name(node)
-    return name is not None and (bool(_OPTIMIZER.search(name)) or "scheduler" in name.lower())
-
-
-def _is_item(target: cst.BaseExpression, container: str, key: str) -> bool:
-    """`sd[k]`."""
-    return isinstance(target, cst.Subscript) and dotted_name(target.value) == container \
-        and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
-        and dotted_name(target.slice[0].slice.value) == key
-
-
-def _moves_to_cpu(value: cst.BaseExpression, name: str) -> bool:
-    """`v.cpu()`, `v.detach().cpu()`, `v.cpu().clone()`, `v.to("cpu")` of `name`."""
-    on_cpu = False
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        method = value.func.attr.value
-        if method == "cpu" or (method == "to" and value.args
-                               and string_value(value.args[0].value) == "cpu"):
-            on_cpu = True
-        elif method not in ("detach", "clone", "contiguous", "float", "half"):
-            return False
-        value = value.func.value
-    return on_cpu and dotted_name(value) == name
-
-
-def _holds_arguments(node: cst.BaseExpression) -> bool:
-    """`torch.save(self.args, ...)`: the command-line arguments, no tensors."""
-    name = dotted_name(node)
-    return name is not None and name.rsplit(".", 1)[-1] in _ARGUMENTS
-
-
-def _saves_cpu_values(node: cst.BaseExpression, ctx: Context, moved_to_gpu: set[str],
-                      expanding: tuple[cst.CSTNode, ...] = ()) -> bool:
-    """`model.cpu().state_dict()`, `x.cpu()`, `{k: v.cpu() ...}`, or a name
-    bound to such a value, to a CPU tensor factory without a device, or to a
-    model built here (`NeuralNetwork()`) and not moved to a GPU before.
-    `expanding`: the bound values being looked into, outermost first."""
-    root = node
-    while isinstance(root, cst.Call) and isinstance(root.func, cst.Attribute) \
-            and root.func.attr.value in ("state_dict", "detach", "clone"):
-        root = root.func.value
-    name = dotted_name(root)
-    if name is not None and name.endswith(".module"):
-        name = name[:-len(".module")]  # `model.module.state_dict()` of a DataParallel
-    if name is not None and name not in moved_to_gpu:
-        built = ctx.binding(name)
-        while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
-                and built.func.attr.value in ("eval", "train", "float", "double"):
-            built = built.func.value
-        if isinstance(built, cst.Call) and built.args \
-                and (dotted_name(built.func) or "").endswith("DataParallel"):
-            built = built.args[0].value  # DataParallel moves nothing: what it wraps decides
-            wrapped = dotted_name(built)
-            if wrapped is not None:  # `net = DataParallel(net)`: the `net` before it
-                site = ctx.binding_site(wrapped)
-                if wrapped == name:
-                    site = site.previous if site is not None else None
-                built = None if wrapped in moved_to_gpu or site is None else site.value
-            while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
-                    and built.func.attr.value in ("eval", "train", "float", "double", "to", "cuda"):
-                if moves_to_cuda(built, ctx):
-                    return False  # `Linear(10, 1).cuda()`
-                built = built.func.value
-        if isinstance(built, cst.Call) and call_arg(built, "device") is None \
-                and _BUILT_CLASS.fullmatch((dotted_name(built.func) or "").rsplit(".", 1)[-1]):
-            return True
-    node = _resolve_outside(node, ctx, expanding)
-    expanding = (*expanding, node)
-    if isinstance(node, cst.DictComp):
-        return _saves_cpu_values(node.value, ctx, moved_to_gpu, expanding)
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-        method = node.func.attr.value
-        if method == "cpu":
-            return True
-        if method in ("state_dict", "detach", "clone", "float", "half", "contiguous"):
-            node = node.func.value
-            continue
-        break
-    if isinstance(node, cst.Call):
-        helper = (dotted_name(node.func) or "").rsplit(".", 1)[-1].lower()
-        cpu_flag = call_arg(node, "cpu")
-        if "cpu" in helper.split("_") or (cpu_flag is not None
-                                          and isinstance(cpu_flag.value, cst.Name)
-                                          and cpu_flag.value.value == "True"):
-            return True  # `as_cpu(state)`, `to_cpu(x)`, `state_dict(model, cpu=True)`
-        qualified = ctx.qualify(node.func) or ""
-        if qualified.startswith("torch.") and call_arg(node, "device") is None \
-                and not qualified.startswith((*LOADS, "torch.cuda")):
-            return True  # `torch.arange(4)`, `torch.randn(3)`: made on the CPU
-    if isinstance(node, (cst.Dict, cst.List, cst.Tuple)):
-        values = [e.value for e in node.elements if isinstance(e, (cst.DictElement, cst.Element))]
-        return bool(values) and all(_saves_cpu_values(v, ctx, moved_to_gpu, expanding)
-                                    for v in values)
-    return False
-
-
-def _resolve_outside(node: cst.BaseExpression, ctx: Context, expanding: tuple[cst.CSTNode, ...],
-                     ) -> cst.BaseExpression:
-    """`ctx.resolve(node)`, except that a name met inside the value it is being
-    rebound to (`state = {"model": state, "opt": ...}`) means the value it had
-    before that binding, not the binding itself (which would never end)."""
-    name = dotted_name(node)
-    site = ctx.binding_site(name) if name is not None else None
-    if site is None or site.value not in expanding:
-        return ctx.resolve(node)
-    while site is not None and site.value in expanding:
-        site = site.previous
-    return node if site is None else ctx.resolve(site.value)

@@ -1,0 +1,236 @@
+"""What a file written by `torch.save` holds, and what a path names: the
+facts MEM007 asks of a load ("can this file hold GPU tensors?"). A save holds
+CPU values when the code shows them moved or made on the host (`.cpu()`, a
+model built here and never moved, the command-line arguments); an optimizer
+holds its state where its parameters live."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from memlint.analysis.context import Context
+from memlint.analysis.devices import moves_to_cuda, string_value
+from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.torch_api import LOADS
+
+#: Names that hold an optimizer (`optimizer`, `self.opt`, `G_optim`).
+OPTIMIZER_NAME = re.compile(r"(^|[._])(optim\w*|opt|opt_\w+|\w+_opt|\w*optimizer\w*)$",
+                            re.IGNORECASE)
+
+
+def strings_in(node: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The string literals of an expression (`os.path.join(d, "best.pt")`)."""
+    found: list[cst.BaseExpression] = []
+    pending = [node]
+    while pending and len(found) < 8:
+        current = pending.pop()
+        if isinstance(current, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+            found.append(current)
+        elif isinstance(current, cst.Call):
+            pending.extend(arg.value for arg in current.args)
+        elif isinstance(current, cst.BinaryOperation):
+            pending.extend((current.left, current.right))
+    return found
+
+
+_BUILT_CLASS = re.compile(r"[A-Z](?=[A-Za-z0-9]*[a-z])[A-Za-z0-9]*")
+
+
+#: Keys under which a saved data set keeps its tensors.
+DATA_KEYS = {"images", "labels", "data", "x", "y", "inputs", "targets", "features", "samples",
+              "train", "test", "valid", "val", "train_x", "train_y", "test_x", "test_y"}
+
+
+def literal_key(node: cst.Subscript) -> str | None:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return None
+    return string_value(node.slice[0].slice.value)
+
+
+def path_key(node: cst.BaseExpression) -> str | None:
+    """A path expression as text, to pair a load with the save of the same
+    file: the literal, the name (`args.out`), or the file name written inside
+    it (`os.path.join(args.model_dir, "training_args.bin")`)."""
+    text = string_value(node)
+    if text:
+        return text
+    return dotted_name(node) or file_named(node)
+
+
+def file_named(node: cst.BaseExpression) -> str | None:
+    """The file name a path expression spells out, if one: `best.pt` for
+    `"runs/best.pt"` and `os.path.join(out, "best.pt")`; None for a bare
+    name or a folder."""
+    for literal in reversed(strings_in(node)):
+        text = string_value(literal) or ""
+        name = text.replace("\\", "/").rsplit("/", 1)[-1]
+        if "." in name.strip("."):
+            return name
+    return None
+
+
+#: What holds a program's settings (an argparse Namespace, a config), not tensors.
+_ARGUMENTS = {"args", "training_args", "train_args", "config", "cfg", "hparams", "opt", "opts",
+              "options", "hyperparams"}
+
+
+#: libraries whose models and tensors are built on the CPU unless told otherwise
+LIBRARIES = ("torch", "numpy", "scipy", "collections", "builtins", "math", "copy")
+
+
+def calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    found, pending = [], [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Call):
+            found.append(current)
+        pending.extend(current.children)
+    return found
+
+
+def holds_optimizer_state(node: cst.BaseExpression) -> bool:
+    """`optimizer.state_dict()`, `scheduler.state_dict()`: loaded back into an
+    optimizer or a scheduler, never copied into a model."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        node = node.func.value
+    name = dotted_name(node)
+    return name is not None and (bool(OPTIMIZER_NAME.search(name)) or "scheduler" in name.lower())
+
+
+def is_item(target: cst.BaseExpression, container: str, key: str) -> bool:
+    """`sd[k]`."""
+    return isinstance(target, cst.Subscript) and dotted_name(target.value) == container \
+        and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
+        and dotted_name(target.slice[0].slice.value) == key
+
+
+def moves_to_cpu(value: cst.BaseExpression, name: str) -> bool:
+    """`v.cpu()`, `v.detach().cpu()`, `v.cpu().clone()`, `v.to("cpu")` of `name`."""
+    on_cpu = False
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+        method = value.func.attr.value
+        if method == "cpu" or (method == "to" and value.args
+                               and string_value(value.args[0].value) == "cpu"):
+            on_cpu = True
+        elif method not in ("detach", "clone", "contiguous", "float", "half"):
+            return False
+        value = value.func.value
+    return on_cpu and dotted_name(value) == name
+
+
+def holds_arguments(node: cst.BaseExpression) -> bool:
+    """`torch.save(self.args, ...)`: the command-line arguments, no tensors."""
+    name = dotted_name(node)
+    return name is not None and name.rsplit(".", 1)[-1] in _ARGUMENTS
+
+
+def saves_cpu_values(node: cst.BaseExpression, ctx: Context, moved_to_gpu: set[str],
+                      expanding: tuple[cst.CSTNode, ...] = ()) -> bool:
+    """`model.cpu().state_dict()`, `x.cpu()`, `{k: v.cpu() ...}`, or a name
+    bound to such a value, to a CPU tensor factory without a device, or to a
+    model built here (`NeuralNetwork()`) and not moved to a GPU before.
+    `expanding`: the bound values being looked into, outermost first."""
+    root = node
+    while isinstance(root, cst.Call) and isinstance(root.func, cst.Attribute) \
+            and root.func.attr.value in ("state_dict", "detach", "clone"):
+        root = root.func.value
+    name = dotted_name(root)
+    if name is not None and name.endswith(".module"):
+        name = name[:-len(".module")]  # `model.module.state_dict()` of a DataParallel
+    if name is not None and name not in moved_to_gpu:
+        built = ctx.binding(name)
+        while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
+                and built.func.attr.value in ("eval", "train", "float", "double"):
+            built = built.func.value
+        if isinstance(built, cst.Call) and built.args \
+                and (dotted_name(built.func) or "").endswith("DataParallel"):
+            built = built.args[0].value  # DataParallel moves nothing: what it wraps decides
+            wrapped = dotted_name(built)
+            if wrapped is not None:  # `net = DataParallel(net)`: the `net` before it
+                site = ctx.binding_site(wrapped)
+                if wrapped == name:
+                    site = site.previous if site is not None else None
+                built = None if wrapped in moved_to_gpu or site is None else site.value
+            while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
+                    and built.func.attr.value in ("eval", "train", "float", "double", "to", "cuda"):
+                if moves_to_cuda(built, ctx):
+                    return False  # `Linear(10, 1).cuda()`
+                built = built.func.value
+        if isinstance(built, cst.Call) and call_arg(built, "device") is None \
+                and _BUILT_CLASS.fullmatch((dotted_name(built.func) or "").rsplit(".", 1)[-1]) \
+                and not _over_parameters(built):
+            return True
+    node = _resolve_outside(node, ctx, expanding)
+    expanding = (*expanding, node)
+    if isinstance(node, cst.DictComp):
+        return saves_cpu_values(node.value, ctx, moved_to_gpu, expanding)
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+        method = node.func.attr.value
+        if method == "cpu":
+            return True
+        if method in ("state_dict", "detach", "clone", "float", "half", "contiguous"):
+            node = node.func.value
+            continue
+        break
+    if isinstance(node, cst.Call):
+        helper = (dotted_name(node.func) or "").rsplit(".", 1)[-1].lower()
+        cpu_flag = call_arg(node, "cpu")
+        if "cpu" in helper.split("_") or (cpu_flag is not None
+                                          and isinstance(cpu_flag.value, cst.Name)
+                                          and cpu_flag.value.value == "True"):
+            return True  # `as_cpu(state)`, `to_cpu(x)`, `state_dict(model, cpu=True)`
+        qualified = ctx.qualify(node.func) or ""
+        if qualified.startswith("torch.") and call_arg(node, "device") is None \
+                and not qualified.startswith((*LOADS, "torch.cuda")):
+            return True  # `torch.arange(4)`, `torch.randn(3)`: made on the CPU
+    if isinstance(node, (cst.Dict, cst.List, cst.Tuple)):
+        values = [e.value for e in node.elements if isinstance(e, (cst.DictElement, cst.Element))]
+        return bool(values) and all(saves_cpu_values(v, ctx, moved_to_gpu, expanding)
+                                    for v in values)
+    return False
+
+
+def _over_parameters(built: cst.Call) -> bool:
+    """`AdamW(model.parameters())`: an optimizer, whose state is made where
+    the parameters it was given live, not where it was built."""
+    return any(isinstance(call.func, cst.Attribute)
+               and call.func.attr.value in ("parameters", "named_parameters")
+               for arg in built.args for call in calls_in(arg.value))
+
+
+def _resolve_outside(node: cst.BaseExpression, ctx: Context, expanding: tuple[cst.CSTNode, ...],
+                     ) -> cst.BaseExpression:
+    """`ctx.resolve(node)`, except that a name met inside the value it is being
+    rebound to (`state = {"model": state, "opt": ...}`) means the value it had
+    before that binding, not the binding itself (which would never end)."""
+    name = dotted_name(node)
+    site = ctx.binding_site(name) if name is not None else None
+    if site is None or site.value not in expanding:
+        return ctx.resolve(node)
+    while site is not None and site.value in expanding:
+        site = site.previous
+    return node if site is None else ctx.resolve(site.value)
+
+
+def file_named_in(node: cst.BaseExpression, ctx: Context) -> str | None:
+    """`file_named`, also through a name bound to the path (`filename =
+    "checkpoint_ssd300.pth.tar"` then `torch.save(state, filename)`); a
+    binding whose value holds the current node (`ckpt = torch.load(ckpt)`)
+    is passed over for the one before it."""
+    found = file_named(node)
+    name = dotted_name(node) if found is None else None
+    site = ctx.binding_site(name) if name is not None else None
+    while site is not None and any(a is site.value for a in ctx.ancestors):
+        site = site.previous
+    return found if site is None else file_named(site.value)
+
+
+def holds_an_optimizer(saved: cst.BaseExpression, ctx: Context) -> bool:
+    """`{"model": model, "optimizer": optimizer}`, `{"optim": opt.state_dict()}`:
+    a save with an optimizer's state in it (on its parameters' GPU)."""
+    value = ctx.resolve(saved)
+    return isinstance(value, cst.Dict) and any(
+        isinstance(e, cst.DictElement) and holds_optimizer_state(e.value)
+        for e in value.elements)
