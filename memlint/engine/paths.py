@@ -163,8 +163,15 @@ def discover_sources(paths: Iterable[str], settings: Settings,
                 roots.setdefault(found, path)
         else:
             roots.setdefault(path, None)
-    return [Source(path, root=roots[path], project=project_folder(path, settings, roots[path]))
-            for path in sorted(roots)]
+    projects: dict[tuple[str, str | None], str] = {}  # by (folder, found under): one look each
+
+    def project_of(path: str) -> str:
+        key = (os.path.dirname(path), roots[path])
+        if key not in projects:
+            projects[key] = project_folder(path, settings, roots[path])
+        return projects[key]
+
+    return [Source(path, root=roots[path], project=project_of(path)) for path in sorted(roots)]
 
 
 def check_sources(sources: Sequence[Source], settings: Settings,

@@ -36,7 +36,7 @@ def project_folder(path: str, settings: Settings, found_under: str | None = None
     return inside if inside is not None else marked
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def _marked_above(folder: str) -> str | None:
     """The nearest folder at or above `folder` that holds a project marker."""
     while True:
@@ -71,7 +71,7 @@ def _skipped(folder: str, settings: Settings) -> bool:
         folder, is_folder=True)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def _ignore_rules(folder: str) -> IgnoreRules:
     """The ignore patterns in force for the entries of `folder`."""
     return IgnoreRules.above(folder).inside(folder, os.listdir(folder) if os.path.isdir(folder)
