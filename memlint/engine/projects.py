@@ -2,7 +2,7 @@
 
 A file's findings must not depend on how it was named (`check .`, `check
 FILE`, a hook, an editor), so its project is a property of the file: the
-nearest folder above it that holds a project marker (`pyproject.toml`,
+outermost folder above it that holds a project marker (`pyproject.toml`,
 `setup.py`, `setup.cfg`, `.git`). A folder that project ignores (git-ignored
 or excluded: a vendored tree, an unpacked wheel, exported repositories side
 by side) holds projects of its own, one per folder directly inside it. With
@@ -27,13 +27,22 @@ MAX_PROJECT_FILES = 5000
 def project_folder(path: str, settings: Settings, found_under: str | None = None) -> str:
     """The root of the project `path` (a file) belongs to, as an absolute
     path; `found_under` is the folder named on the command line that it was
-    found in, if any."""
+    found in, if any. Of nested markers the outermost counts (`lib/setup.py`
+    that builds a repository's extensions is part of that repository), up to
+    a project that ignores the way down to the file."""
     folder = os.path.dirname(os.path.abspath(path))
-    marked = _marked_above(folder)
-    if marked is None:
+    outermost = None
+    above = _marked_above(folder)
+    while above is not None:
+        inside = _ignored_inside(above, folder, settings)
+        if inside is not None:
+            return inside
+        outermost = above
+        parent = os.path.dirname(above)
+        above = _marked_above(parent) if parent != above else None
+    if outermost is None:
         return os.path.abspath(found_under) if found_under is not None else folder
-    inside = _ignored_inside(marked, folder, settings)
-    return inside if inside is not None else marked
+    return outermost
 
 
 @lru_cache(maxsize=4096)
