@@ -180,7 +180,6 @@ def _imports_libcst(tmp_path, *args: str) -> bool:
 
 
 def test_libcst_is_imported_only_for_a_file_that_must_be_parsed(tmp_path):
-    (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "tool").mkdir()
     (tmp_path / "tool" / "setup.py").write_text("")  # a project of its own
     (tmp_path / "tool" / "plain.py").write_text("import os\nprint(os.getcwd())\n")
