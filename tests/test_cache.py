@@ -180,12 +180,14 @@ def _imports_libcst(tmp_path, *args: str) -> bool:
 
 
 def test_libcst_is_imported_only_for_a_file_that_must_be_parsed(tmp_path):
-    (tmp_path / "pyproject.toml").write_text("")
-    (tmp_path / "plain.py").write_text("import os\nprint(os.getcwd())\n")
+    (tmp_path / "tool").mkdir()
+    (tmp_path / "tool" / "setup.py").write_text("")  # a project of its own
+    (tmp_path / "tool" / "plain.py").write_text("import os\nprint(os.getcwd())\n")
     (tmp_path / "train.py").write_text("import torch\nstate = torch.load('w.pt')\n"
                                        "model = torch.nn.Linear(2, 2).cuda()\n")
-    # no rule's screen passes: the file is checked by CPython's parser alone
-    assert not _imports_libcst(tmp_path, "check", "--no-cache", "plain.py")
+    # no rule's screen passes on any file of its project: each is checked by
+    # CPython's parser alone
+    assert not _imports_libcst(tmp_path, "check", "--no-cache", "tool/plain.py")
     # a file the rules want is parsed
     assert _imports_libcst(tmp_path, "check", "--no-cache", "train.py")
     # checked into a cache, then again from it (findings and all): no parse the second time

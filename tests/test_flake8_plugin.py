@@ -26,6 +26,7 @@ LOADS = textwrap.dedent("""\
         torch.load(path)["model"]
     )
     other = torch.load(path)  # noqa: E501
+    model.cuda()
 """)
 
 
@@ -73,7 +74,8 @@ def test_stdin_as_editors_send_it_uses_the_lines_and_the_display_name():
 def test_flake8_noqa_and_memlint_noqa_agree(tmp_path):
     path = tmp_path / "loads.py"
     path.write_text(LOADS)
-    expected = [(str(path), f.line, f.column, f.code) for f in check_source(LOADS, str(path))]
+    expected = [(str(path), f.line, f.column, f.code)
+                for f in check_paths([str(path)], jobs=1).findings]
     assert expected == [(str(path), 3, 9, "MEM007"), (str(path), 8, 9, "MEM007")]
     assert positions(flake8("--select=MEM", str(path))) == expected
 
@@ -154,7 +156,7 @@ def test_a_memlint_crash_is_one_finding_per_file_and_flake8_goes_on(tmp_path, mo
     def crash(*args, **kwargs):
         raise RuleCrash("ZeroDivisionError: division by zero")
 
-    monkeypatch.setattr(plugin, "check_source", crash)
+    monkeypatch.setattr(plugin, "check_in_project", crash)
     (tmp_path / "train.py").write_text("import torch.cuda\nx=1\n")
     flake8_main(["--isolated", "-j", "1", "--select=MEM,E", f"--format={FORMAT}",
                  str(tmp_path / "train.py")])
@@ -222,7 +224,7 @@ def test_a_stale_second_registration_does_not_print_findings_twice(tmp_path):
     (stale / "entry_points.txt").write_text(
         "[flake8.extension]\nMEM = memlint.cli.flake8_plugin:MemlintChecker\n")
     source = tmp_path / "train.py"
-    source.write_text("import torch\n\nstate = torch.load(path)\n")
+    source.write_text("import torch.cuda\n\nstate = torch.load(path)\n")
     environment = {**os.environ,
                    "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "site"),
                                                                os.environ.get("PYTHONPATH")]))}
@@ -250,14 +252,14 @@ def test_the_time_budget_stops_a_file_in_flake8(tmp_path, monkeypatch, capsys):
     start a worker; there the size budget alone applies.)"""
     import time
 
-    import memlint.cli.flake8_plugin as plugin
+    import memlint.engine.paths as engine
     from flake8.main.cli import main as flake8_main
 
     def hangs(*args, **kwargs):
         time.sleep(30)
         return []
 
-    monkeypatch.setattr(plugin, "check_source", hangs)
+    monkeypatch.setattr(engine, "analyse_file", hangs)  # in the forked worker too
     (tmp_path / "pyproject.toml").write_text("[tool.memlint]\nfile-timeout = 0.5\n")
     (tmp_path / "train.py").write_text("import torch.cuda\n")
     monkeypatch.chdir(tmp_path)

@@ -95,15 +95,19 @@ def test_a_part_of_the_tree_that_its_imports_keep_off_cuda_is_cpu_code(tmp_path)
     assert check_paths([str(tmp_path)], jobs=1).findings[0].path.endswith("ch03/run.py")
 
 
-def test_a_file_named_alone_reads_its_project_for_cuda(tmp_path):
+def test_a_file_named_alone_reads_its_project_as_a_whole_tree_check_does(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     infer = tmp_path / "infer.py"
-    infer.write_text("import torch\nstate = torch.load('model.pth')\n")
-    assert check_paths([str(infer)], jobs=1).findings == []
-    (tmp_path / "train.py").write_text("model.to('cuda:0')\n")
-    from memlint.analysis import project
-    project._tree_mentions_cuda.cache_clear()
-    assert [f.code for f in check_paths([str(infer)], jobs=1).findings] == ["MEM007"]
+    infer.write_text("import torch\nfrom model import net\nstate = torch.load('model.pth')\n")
+    (tmp_path / "model.py").write_text("net = None\n")
+
+    def alone_and_whole() -> tuple[list[str], list[str]]:
+        return ([f.code for f in check_paths([str(infer)], jobs=1).findings],
+                [f.code for f in check_paths([str(tmp_path)], jobs=1).findings])
+
+    assert alone_and_whole() == ([], [])
+    (tmp_path / "model.py").write_text("net = None\nnet.to('cuda:0')\n")
+    assert alone_and_whole() == (["MEM007"], ["MEM007"])
 
 
 def test_the_load_message_fits_the_program(tmp_path):

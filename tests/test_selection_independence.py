@@ -67,3 +67,22 @@ def test_each_rule_alone_finds_what_it_finds_among_all(code):
     everything = _all_fixture_findings()
     alone = _found(FIXTURES, Settings(root=str(FIXTURES), select=(code,)))
     assert alone == {f for f in everything if f[2] == code}
+
+
+@pytest.mark.parametrize("settings", [
+    {},
+    {"per_file_ignores": {"train.py": ("MEM007",)}},
+    {"per_file_ignores": {"train.py": ("MEM",)}},
+    {"select": ("MEM007",)},
+    {"ignore": ("MEM005", "MEM008")},
+], ids=["defaults", "train-ignores-MEM007", "train-ignores-all", "select-MEM007",
+        "ignore-others"])
+def test_a_file_checked_alone_gets_its_findings_of_a_whole_tree_check(project, settings):
+    """`check evaluate.py` (a hook, an editor) reads `train.py`, which saves
+    the weights from the CPU, as `check .` does, whatever is chosen for it."""
+    chosen = Settings(root=str(project), **settings)
+    whole = {f for f in _found(project, Settings(root=str(project)))
+             if f[0] == "evaluate.py" and f[2] in chosen.selected_codes("evaluate.py")}
+    alone = _found(project / "evaluate.py", chosen)
+    assert alone == whole
+    assert {f for f in _found(project, chosen) if f[0] == "evaluate.py"} == whole

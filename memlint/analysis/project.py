@@ -6,9 +6,11 @@ mentions CUDA runs on the CPU. During each file's one walk, `ModuleFacts`
 records what other files may need to know of it (small, picklable: no tree
 nodes, so it crosses process boundaries). A rule that cannot decide alone
 reports with a `Condition`; once every file is walked, `Project` holds all
-the facts and drops the findings whose condition says so. A file checked
-alone (stdin, flake8, pre-commit) is a project of one: it is judged on what
-it shows.
+the facts and drops the findings whose condition says so. The project is
+the whole tree a file belongs to (`engine/projects.py` finds it), whichever of
+its files were named: a file checked alone (flake8, pre-commit, an editor)
+gets the findings `memlint check .` gives it. Text with no tree around it
+(stdin, a snippet) is judged on what it shows, and is not taken for CPU code.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ import re
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import NamedTuple, Protocol
 
 from memlint.analysis.source_lines import LINE_BREAK
-from memlint.analysis.files import open_regular, read_regular
+from memlint.analysis.files import read_regular
 from memlint.finding import Finding, Related
 
 #: Words that show a file may put something on a CUDA device (in its lower-cased
@@ -127,8 +129,11 @@ class ModuleFacts:
 
 
 def module_name(path: str, root: str | None = None) -> str:
-    """`src/utils.py` -> `src.utils`; a package's `__init__.py` is the package."""
-    relative = os.path.relpath(path, root) if root else os.path.basename(path)
+    """`src/utils.py` -> `src.utils`, named by its path under the project
+    root `root` (its own folder when None: a lone file); a package's
+    `__init__.py` is the package."""
+    root = os.path.dirname(os.path.abspath(path)) if root is None else root
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
     stem = os.path.splitext(relative)[0].replace(os.sep, "/")
     parts = [p for p in stem.split("/") if p not in ("", ".", "..")]
     if parts and parts[-1] == "__init__":
@@ -192,47 +197,6 @@ def top_level_functions(source: str) -> frozenset[str]:
 def runs_distributed(source: str, lowered: str | None = None) -> bool:
     lowered = source.lower() if lowered is None else lowered
     return any(word in lowered for word in _DISTRIBUTED_WORDS)
-
-
-_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-_SKIPPED_DIRS = {".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "env", "__pycache__",
-                 "build", "dist", "site-packages", "node_modules", ".eggs"}
-_MAX_SCANNED_FILES = 5000
-
-
-@lru_cache(maxsize=64)
-def project_root(path: str) -> str | None:
-    """The nearest folder above `path` that holds a project marker."""
-    if not os.path.isfile(path):
-        return None
-    folder = os.path.dirname(os.path.abspath(path))
-    while True:
-        if any(os.path.exists(os.path.join(folder, m)) for m in _PROJECT_MARKERS):
-            return folder
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return None
-        folder = parent
-
-
-@lru_cache(maxsize=64)
-def _tree_mentions_cuda(root: str) -> bool:
-    scanned = 0
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in _SKIPPED_DIRS and not d.endswith(".egg-info")]
-        for name in files:
-            if not name.endswith((".py", ".ipynb", ".yaml", ".yml", ".json", ".sh", ".cfg")):
-                continue
-            scanned += 1
-            if scanned > _MAX_SCANNED_FILES:
-                return True  # too big to read: assume it may, and say what the file shows
-            try:
-                with open_regular(os.path.join(folder, name)) as handle:
-                    if mentions_cuda(handle.read(1_000_000).decode("utf-8", "replace")):
-                        return True
-            except OSError:
-                continue
-    return False
 
 
 class Condition:
@@ -571,42 +535,33 @@ _SETUP_NAME = re.compile(r"dist|rank|gpu|device|cuda|launch|ddp|process_group|^s
 class Project:
     """Every file's facts, with the queries conditions ask."""
 
-    def __init__(self, facts: Iterable[ModuleFacts | None], look_around: bool = True) -> None:
-        """`look_around=False` when a whole tree was checked: its files are the
-        project, nothing around them is read."""
+    def __init__(self, facts: Iterable[ModuleFacts | None], complete: bool = True) -> None:
+        """`facts` of every file of one project (`complete`), or of text
+        with nothing known around it (`complete=False`: stdin, a snippet)."""
         self.modules = [f for f in facts if f is not None]
-        self.look_around = look_around
+        self.complete = complete
         self._call_positions: dict[str, dict[str, list[tuple[int, int]]]] = {}
         self._method_verdicts: dict[tuple[str, str], list[bool]] = {}
         self._component_cuda: dict[frozenset[str], bool] = {}
+        self._resolved: dict[tuple[str, str], list[str]] = {}
 
     @cached_property
     def mentions_cuda(self) -> bool:
-        """Whether any checked file, or any other file of their projects
-        (found from `pyproject.toml`, `setup.py` or `.git` upwards), mentions
-        CUDA: a file checked alone by an editor or a hook still knows that
-        `train.py` next to it puts the model on the GPU. Reading text is cheap;
-        nothing else of the unchecked files is used. A file with no project
-        around it (stdin, a loose snippet) is not taken for CPU code."""
-        if any(f.mentions_cuda for f in self.modules):
-            return True
-        if not self.look_around:
-            return False
-        roots = {project_root(f.path) for f in self.modules}
-        if None in roots:
-            return True  # a snippet with no project around it: nothing says it runs on the CPU
-        return any(_tree_mentions_cuda(root) for root in roots)
+        """Whether any file of the project mentions CUDA (nor an accelerator,
+        nor a local rank). Text with no project around it is not taken for
+        CPU code: nothing says it runs on the CPU."""
+        return not self.complete or any(f.mentions_cuda for f in self.modules)
 
     def cuda_near(self, module: str | None) -> bool:
         """Whether the modules linked to `module` by imports (either way,
         transitively) may run CUDA code; True when that cannot be told. A
         device behind an option (`--cuda`, `--accel`) is CUDA: the program
-        runs on the GPU when used as intended. A file checked alone is judged
-        by its own code: CPU only where it hides every GPU from itself or its
-        settings are written as CUDA off (`Namespace(cuda=False)`)."""
+        runs on the GPU when used as intended. Text with no project around it
+        is judged by its own code: CPU only where it hides every GPU from
+        itself or its settings are written as CUDA off (`Namespace(cuda=False)`)."""
         if module is None or module not in self._by_name:
             return True
-        if self.look_around:
+        if not self.complete:
             return not self._by_name[module].on_cpu_as_written
         component = self._components[module]
         cuda = self._component_cuda.get(component)
@@ -666,10 +621,19 @@ class Project:
         return components
 
     def _resolve_import(self, importer: str, imported: str) -> list[str]:
-        """The checked modules an import names: relative to the importer's
-        package, else a sibling module (scripts import their neighbours by
-        bare name), else the exact dotted name, else the one module it is the
-        tail of (none when several are: which one runs cannot be told)."""
+        """The project's modules an import names: relative to the importer's
+        package, else a sibling module (a script's folder is on `sys.path`,
+        so scripts import their neighbours by bare name), else the exact
+        dotted name under the root, else the one module it is the tail of (a
+        source folder put on `sys.path`; none when several are: which one
+        runs cannot be told)."""
+        key = (importer, imported)
+        found = self._resolved.get(key)
+        if found is None:
+            found = self._resolved[key] = self._resolve_uncached(importer, imported)
+        return found
+
+    def _resolve_uncached(self, importer: str, imported: str) -> list[str]:
         package = importer.rsplit(".", 1)[0] if "." in importer else ""
         facts = self._by_name.get(importer)
         if facts is not None and os.path.basename(facts.path) == "__init__.py":
@@ -738,27 +702,32 @@ class Project:
     def worker_uses(self, module: str, function: str) -> list[bool]:
         """For each other file whose DataLoaders run `module.function` in their
         workers: whether all of them there run in the main process."""
-        parts = module.split(".")
         found: list[bool] = []
         for facts in self.modules:
             if facts.module != module:
                 found.extend(main_process for callee, main_process in facts.worker_functions.items()
-                             if _names_function(callee, function, parts))
+                             if self._names_function(facts.module, callee, module, function))
         return found
 
     def calls_of(self, module: str, function: str) -> list[tuple[ModuleFacts, CallFact]]:
         """Calls from other files that name `module.function` through an
         import (`from utils import evaluate`, `import pkg.utils as u`,
-        `from .utils import evaluate`); matched on the module path's tail, as
-        the root a file was imported from is not known."""
+        `from .utils import evaluate`), resolved from the calling module as
+        Python would (`_resolve_import`): `utils` next to another script is
+        another module."""
         found: list[tuple[ModuleFacts, CallFact]] = []
-        parts = module.split(".")
         for facts in self.modules:
             if facts.module == module:
                 continue  # the file's own calls were judged by its module index
             found.extend((facts, call) for call in facts.calls
-                         if _names_function(call.callee, function, parts))
+                         if self._names_function(facts.module, call.callee, module, function))
         return found
+
+    def _names_function(self, importer: str, callee: str, module: str, function: str) -> bool:
+        """Whether `callee`, as `importer` names it (`pkg.utils.evaluate`,
+        `.utils.evaluate`), is `function` of `module`."""
+        owner, _, name = callee.rpartition(".")
+        return name == function and bool(owner) and module in self._resolve_import(importer, owner)
 
     def method_verdicts(self, module: str, method: str) -> list[bool]:
         """For each definition of `method` in a class of the modules linked to
@@ -836,14 +805,6 @@ def _ast_dotted_name(node: ast.expr) -> str | None:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
-
-
-def _names_function(callee: str, function: str, module_parts: list[str]) -> bool:
-    """Whether `callee`, as a file's import names it (`pkg.utils.evaluate`,
-    `.utils.evaluate`), is `function` of the module `module_parts`."""
-    owner, _, name = callee.rpartition(".")
-    return name == function and bool(owner) \
-        and _same_module(owner.lstrip(".").split("."), module_parts)
 
 
 def _same_module(named: list[str], defined: list[str]) -> bool:

@@ -1,8 +1,9 @@
 """memlint as a flake8 plugin, so editors that run flake8 show memlint's findings.
 
-A thin adapter over `memlint.check_source`: the same engine, rules and `# noqa`
-handling as `memlint check`, fed the lines flake8 already read (flake8 also
-checks stdin, where there is no file to re-read). The codes chosen in the
+A thin adapter over the engine: the same rules, `# noqa` handling and
+project (the rest of the file's project read for its facts, cached) as
+`memlint check FILE`, fed the lines flake8 already read (flake8 also checks
+stdin, where there is no file to re-read). The codes chosen in the
 nearest `[tool.memlint]` (`select`, `ignore`, `extend-select`,
 `per-file-ignores`) apply, so the editor shows what `memlint check` in CI
 reports; flake8's own `--select`/`--ignore` filter on top. Which files are
@@ -12,16 +13,15 @@ checked is flake8's `exclude`, as for every plugin.
 from __future__ import annotations
 
 import ast
-import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
-from functools import lru_cache, partial
+from functools import lru_cache
 
 from memlint.version import __version__
 from memlint.engine.config import ConfigError, find_pyproject, load_settings
-from memlint.engine import RuleCrash, check_source, size_limit
-from memlint.engine.isolation import Budget, Failure, run_supervised
-from memlint.engine.paths import too_large
+from memlint.engine import RuleCrash, size_limit
+from memlint.engine.paths import check_in_project, too_large
+from memlint.engine.source import source_bytes
 from memlint.analysis.files import read_regular
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
@@ -74,12 +74,7 @@ class MemlintChecker:
             yield (1, 0, f"{SYNTAX_ERROR_CODE} cannot read the file: {too_large(limit)}",
                    type(self))
             return
-        findings = _within_budget(partial(_findings, path=self.filename, settings=settings,
-                                          noqa=self.honour_memlint_noqa), source, settings)
-        if isinstance(findings, Failure):
-            yield (1, 0, f"{SYNTAX_ERROR_CODE} cannot check the file: {findings.reason}",
-                   type(self))
-            return
+        findings = _findings(source, self.filename, settings, self.honour_memlint_noqa)
         if isinstance(findings, str):
             # flake8 aborts the whole run, every plugin's results with it, when a
             # plugin raises; one finding on this file keeps the editor working.
@@ -110,23 +105,14 @@ class MemlintChecker:
 
 def _findings(source: str | bytes, path: str, settings: Settings,
               noqa: bool) -> list[Finding] | str:
-    """`check_source`'s findings, or why memlint failed on the file (its own bug)."""
+    """The findings `memlint check FILE` gives the file (its project read
+    around it, each file within the per-file budgets), or why memlint failed
+    on it (its own bug)."""
     try:
-        return check_source(source, path, settings, noqa=noqa)
+        return check_in_project(path, source_bytes(source) if isinstance(source, str) else source,
+                                settings, noqa=noqa)
     except Exception as error:
         return str(error) if isinstance(error, RuleCrash) else f"{type(error).__name__}: {error}"
-
-
-def _within_budget(check, source: str | bytes, settings: Settings):
-    """`check(source)` within `memlint check`'s per-file time and memory
-    budgets: in a supervised worker, as `check` runs it, where this process
-    may start one (flake8 -j runs plugins in daemonic pool processes, which
-    may not), else here."""
-    budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
-    if multiprocessing.current_process().daemon or budget == Budget():
-        return check(source)
-    [outcome] = run_supervised(check, [source], 1, budget)
-    return outcome
 
 
 def _settings_for(filename: str) -> Settings | ConfigError:

@@ -32,10 +32,11 @@ from urllib.parse import unquote, urlparse
 from memlint.version import __version__
 from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.rules.catalogue import PACKAGES_BY_CODE
-from memlint.engine import Source, check_source
+from memlint.engine import check_source
 from memlint.engine.fixes import fix_text, wanted
-from memlint.engine.paths import check_sources
-from memlint.analysis.source_lines import LINE_BREAK, declared_encoding, split_lines
+from memlint.engine.paths import check_in_project
+from memlint.engine.source import source_bytes
+from memlint.analysis.source_lines import LINE_BREAK, split_lines
 from memlint.engine.settings import Settings
 from memlint.finding import SAFE, Finding
 
@@ -72,19 +73,7 @@ def settings_for(path: str) -> tuple[Settings, str | None]:
 
 def findings_for(path: str, text: str, settings: Settings) -> list[Finding]:
     """The findings `memlint check` gives the file with `text` in it."""
-    report = check_sources([Source(path, source_bytes(text))], settings, jobs=1)
-    return [f for f in report.findings if f.path == path]
-
-
-def source_bytes(text: str) -> bytes:
-    """The editor's text as bytes that read back as that very text: in the
-    encoding its coding cookie declares (`# coding: latin-1`), else UTF-8."""
-    data = text.encode("utf-8", "surrogatepass")
-    try:
-        encoding = declared_encoding(data)
-        return data if encoding.startswith("utf-8") else text.encode(encoding)
-    except (SyntaxError, LookupError, UnicodeEncodeError):  # the checker says why
-        return data
+    return check_in_project(path, source_bytes(text), settings)
 
 
 def plain_lines(text: str) -> list[str]:

@@ -58,6 +58,13 @@ def default_cache_dir(settings: Settings) -> Path:
     return Path(settings.root) / CACHE_DIR_NAME
 
 
+def project_cache(settings: Settings) -> ResultCache | None:
+    """The cache in its default folder, for a front end with no cache option
+    (flake8, the editor server); None where that folder is not memlint's."""
+    folder = default_cache_dir(settings)
+    return ResultCache(folder, settings) if folder_problem(folder) is None else None
+
+
 class ResultCache:
     """Per-file results under `folder`, for one memlint and one set of settings."""
 

@@ -72,10 +72,10 @@ def check_notebook(path: str, settings: Settings | None = None) -> list[Finding]
 
 def check_notebook_source(data: str | bytes, path: str,
                           settings: Settings | None = None) -> list[Finding]:
-    """Findings for a notebook's JSON text, judged on what it (and the text of
-    the project around it) shows."""
+    """Findings for a notebook's JSON text, judged on what it shows (the
+    project around it is not read: `check_paths` reads it)."""
     findings, facts = analyse_notebook_source(data, path, settings)
-    return Project([facts]).settle(findings)
+    return Project([facts], complete=False).settle(findings)
 
 
 def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | None = None,

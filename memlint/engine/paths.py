@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import NamedTuple
 
 from memlint.analysis.project import ModuleFacts, Project, module_name
 from memlint.engine.cache import ResultCache, content_digest
 from memlint.engine.ignore_files import IgnoreRules
+from memlint.engine.projects import MAX_PROJECT_FILES, project_folder
 from memlint.engine.settings import Settings
 from memlint.engine.source import analyse_source
 from memlint.engine.syntax import RuleCrash, syntax_error
@@ -40,13 +41,20 @@ class Report:
 
 @dataclass(frozen=True)
 class Source:
-    """One file to check: a path on disk, or `data` already read (stdin) shown
-    as `path`; `root` is the directory it was found under (its module name in
-    the project is relative to it), None for a file named on its own."""
+    """One file to check: a path on disk, or `data` already read (stdin, an
+    editor's text) shown as `path`; `root` is the folder named on the command
+    line it was found under (None for a file named on its own); `project`
+    the root of the project it belongs to (`engine/projects.py`), found when
+    not given; `LONE` for text with no project around it (stdin)."""
 
     path: str
     data: bytes | None = None
     root: str | None = None
+    project: str | None = None
+
+
+#: `Source.project` of text with no tree around it: stdin without a file name
+LONE = ""
 
 
 class FileResult(NamedTuple):
@@ -65,11 +73,12 @@ def check_file(path: str, settings: Settings,
     raises. Runs in the calling process: `check_paths` is what survives a file
     that kills its process."""
     result = analyse_file(Source(path, data), settings)
-    return Project([result.facts]).settle(result.findings), result.error
+    return Project([result.facts], complete=False).settle(result.findings), result.error
 
 
-def analyse_file(source: Source, settings: Settings) -> FileResult:
-    """One file as part of a project; never raises."""
+def analyse_file(source: Source, settings: Settings, noqa: bool = True) -> FileResult:
+    """One file as part of its project (named by its path under
+    `source.project`); never raises."""
     path, data = source.path, source.data
     limit = settings.max_file_size_mb
     if limit is not None and path.endswith(NOTEBOOK_SUFFIX):
@@ -79,12 +88,12 @@ def analyse_file(source: Source, settings: Settings) -> FileResult:
             data = read_regular_file(path, limit)
         elif limit is not None and _larger_than(data, limit):
             raise Unreadable(too_large(limit))
-        module = module_name(path, source.root)
+        module = module_name(path, source.project or None)
         if path.endswith(NOTEBOOK_SUFFIX):  # imported here: most runs check no notebook
             from memlint.engine.notebook import analyse_notebook_source
             findings, facts = analyse_notebook_source(data, path, settings, module=module)
         else:
-            findings, facts = analyse_source(data, path, settings, module=module)
+            findings, facts = analyse_source(data, path, settings, noqa, module=module)
         return FileResult(findings, None, facts, content_digest(data))
     except Unreadable as problem:
         return FileResult([syntax_error(path, 1, 1, f"cannot read the file: {problem}")])
@@ -131,8 +140,8 @@ def too_large(max_size_mb: float) -> str:
             f"limit with --max-file-size")
 
 
-def _check_one(source: Source, settings: Settings) -> FileResult:
-    return analyse_file(source, settings)
+def _check_one(source: Source, settings: Settings, noqa: bool = True) -> FileResult:
+    return analyse_file(source, settings, noqa)
 
 
 def check_paths(paths: Iterable[str], settings: Settings | None = None,
@@ -145,7 +154,8 @@ def check_paths(paths: Iterable[str], settings: Settings | None = None,
 def discover_sources(paths: Iterable[str], settings: Settings,
                      unreadable: list[tuple[str, str]] | None = None) -> list[Source]:
     """`discover`'s files as sources, each with the directory it was found
-    under; a folder that cannot be read is added to `unreadable` with why."""
+    under and its project; a folder that cannot be read is added to
+    `unreadable` with why."""
     roots: dict[str, str | None] = {}
     for path in paths:
         if os.path.isdir(path):
@@ -153,64 +163,186 @@ def discover_sources(paths: Iterable[str], settings: Settings,
                 roots.setdefault(found, path)
         else:
             roots.setdefault(path, None)
-    return [Source(path, root=roots[path]) for path in sorted(roots)]
+    projects: dict[tuple[str, str | None], str] = {}  # by (folder, found under): one look each
+
+    def project_of(path: str) -> str:
+        key = (os.path.dirname(path), roots[path])
+        if key not in projects:
+            projects[key] = project_folder(path, settings, roots[path])
+        return projects[key]
+
+    return [Source(path, root=roots[path], project=project_of(path)) for path in sorted(roots)]
 
 
 def check_sources(sources: Sequence[Source], settings: Settings,
-                  jobs: int | None = None, cache: ResultCache | None = None) -> Report:
+                  jobs: int | None = None, cache: ResultCache | None = None,
+                  noqa: bool = True) -> Report:
     """Check files in supervised worker processes (see `isolation`): a file that
     crashes, hangs or swamps its worker is one MEM000 finding, the others are
     checked as if it were not there. `jobs` is capped at the CPUs and the files.
-    With a `cache`, a file whose bytes it knows is not analysed again (the
-    project's verdict is settled afresh either way)."""
+    Each file is judged with the facts of its whole project: the project's
+    other files are read too (facts only: their findings are not reported)
+    unless the run checks them anyway. With a `cache`, a file whose bytes it
+    knows is not analysed again (the project's verdict is settled afresh
+    either way). `noqa=False` keeps what `# noqa` comments hide (flake8's
+    `--disable-noqa`; the checked files then bypass the cache)."""
+    sources = [s if s.project is not None else replace(s, project=_project_of(s, settings))
+               for s in sources]
+    projects = _projects(sources, settings)
+    others = [Source(path, project=root) for root, (_, rest) in projects.items() for path in rest]
     report = Report(files=len(sources))
-    outcomes: list = [None] * len(sources)  # FileResult, or isolation's Failure
+    outcomes = _outcomes([*sources, *others], settings, jobs, cache, len(sources), noqa, report)
+    settled: list[Finding] = []
+    findings: dict[str, list[Finding]] = {}
+    facts: dict[str, list[ModuleFacts | None]] = {}
+    for index, (source, outcome) in enumerate(zip([*sources, *others], outcomes)):
+        checked = index < len(sources)
+        if not isinstance(outcome, FileResult):  # the worker died, hung or hoarded
+            if checked:
+                settled.append(syntax_error(source.path, 1, 1,
+                                            f"cannot check the file: {outcome.reason}"))
+            continue
+        project = source.project or LONE
+        if project == LONE:  # text with no tree around it: a project of its own
+            settled.extend(Project([outcome.facts], complete=False).settle(outcome.findings))
+        else:
+            facts.setdefault(project, []).append(outcome.facts)
+            if checked:
+                findings.setdefault(project, []).extend(outcome.findings)
+        if not checked:
+            continue
+        if outcome.digest is not None:
+            report.digests[source.path] = outcome.digest
+        if outcome.error is not None:
+            report.errors.append(outcome.error)
+    for root, found in findings.items():
+        settled.extend(Project(facts[root], complete=projects[root][0]).settle(found))
+    report.findings = sorted(settled)
+    report.errors.sort(key=lambda e: e.path)
+    return report
+
+
+def check_in_project(path: str, data: bytes | None, settings: Settings,
+                     noqa: bool = True) -> list[Finding]:
+    """One file as `memlint check FILE` checks it, for a front end that
+    checks one file at a time (an editor, flake8): the rest of its project
+    read for its facts, through the result cache in the project root where
+    memlint may keep one. An internal error is raised as `RuleCrash`."""
+    from memlint.engine.cache import project_cache
+
+    report = check_sources([Source(path, data)], settings, jobs=1,
+                           cache=project_cache(settings), noqa=noqa)
+    if report.errors:
+        raise RuleCrash(report.errors[0].message)
+    return [f for f in report.findings if f.path == path]
+
+
+def _project_of(source: Source, settings: Settings) -> str:
+    """The project of a file given without one: text named `-` or shown
+    under a path whose folder does not exist has none (`LONE`)."""
+    folder = os.path.dirname(os.path.abspath(source.path))
+    if source.data is not None and (source.path in STDIN_NAMES or not os.path.isdir(folder)):
+        return LONE
+    return project_folder(source.path, settings, source.root)
+
+
+#: what stdin is called when no file name is given for it
+STDIN_NAMES = ("-", "<stdin>", "stdin")
+
+
+def _projects(sources: Sequence[Source], settings: Settings
+              ) -> dict[str, tuple[bool, list[str]]]:
+    """Per project of the checked files: whether all of it is known, and its
+    files that the run does not check. A project checked from its root down
+    is all there; another is walked as the run would walk its root, up to
+    `MAX_PROJECT_FILES` (past it, taken as unknown)."""
+    found: dict[str, tuple[bool, list[str]]] = {}
+    walked = {os.path.abspath(s.root) for s in sources if s.root is not None}
+    for root in dict.fromkeys(s.project for s in sources):
+        if root == LONE or root is None:  # (None: never, once `check_sources` found each)
+            continue
+        if root in walked:
+            found[root] = (True, [])
+            continue
+        checked = {os.path.abspath(s.path) for s in sources if s.project == root}
+        rest: list[str] = []
+        for path in _walk_directory(root, settings):
+            if path not in checked:
+                rest.append(path)
+                if len(rest) > MAX_PROJECT_FILES:
+                    break
+        found[root] = (True, rest) if len(rest) <= MAX_PROJECT_FILES else (False, [])
+    return found
+
+
+def _outcomes(sources: list[Source], settings: Settings, jobs: int | None,
+              cache: ResultCache | None, checked: int, noqa: bool, report: Report) -> list:
+    """Each source's FileResult (from the cache where it knows the bytes), or
+    isolation's Failure for a file whose worker died, hung or hoarded."""
+    outcomes: list = [None] * len(sources)
+    stamps = {index: _stamp(source) for index, source in enumerate(sources) if index >= checked}
+    for index, stamp in stamps.items():
+        known = _KNOWN.get((sources[index].path, sources[index].project))
+        if stamp is not None and known is not None and known[0] == stamp and known[1] == settings:
+            outcomes[index] = known[2]
     keys: dict[int, tuple[str, str, bytes]] = {}
     if cache is not None:
         for index, source in enumerate(sources):
+            if (not noqa and index < checked) or outcomes[index] is not None:
+                continue
             key = _cache_key(source, settings)
             if key is not None:
                 keys[index] = key
                 outcomes[index] = cache.get(*key)
     missing = [i for i, outcome in enumerate(outcomes) if outcome is None]
-    report.cached = len(sources) - len(missing)
-    tasks = [Source(sources[i].path, keys[i][2], sources[i].root) if i in keys else sources[i]
+    report.cached = sum(1 for i in range(checked) if outcomes[i] is not None)
+    tasks = [replace(sources[i], data=keys[i][2]) if i in keys else sources[i]
              for i in missing]  # the bytes already read travel with the task
-    fresh = _check_supervised(tasks, settings, jobs) if tasks else []
+    fresh = _check_supervised(tasks, settings, jobs, noqa) if tasks else []
     for index, outcome in zip(missing, fresh):
         outcomes[index] = outcome
         if cache is not None and index in keys and isinstance(outcome, FileResult) \
-                and outcome.error is None:
+                and outcome.error is None and (noqa or index >= checked):
             cache.put(*keys[index], outcome)
-    findings: list[Finding] = []
-    facts: list[ModuleFacts | None] = []
-    for source, outcome in zip(sources, outcomes):
-        if not isinstance(outcome, FileResult):  # the worker died, hung or hoarded
-            findings.append(syntax_error(source.path, 1, 1,
-                                         f"cannot check the file: {outcome.reason}"))
-            continue
-        findings.extend(outcome.findings)
-        facts.append(outcome.facts)
-        if outcome.digest is not None:
-            report.digests[source.path] = outcome.digest
-        if outcome.error is not None:
-            report.errors.append(outcome.error)
-    # a tree checked whole is the project; files named one by one (a hook, an
-    # editor) may be a few of a larger project's
-    whole_trees = any(source.root is not None for source in sources)
-    report.findings = Project(facts, look_around=not whole_trees).settle(findings)
-    report.errors.sort(key=lambda e: e.path)
-    return report
+    for index, stamp in stamps.items():
+        if stamp is not None and isinstance(outcomes[index], FileResult):
+            _KNOWN[sources[index].path, sources[index].project] = (stamp, settings,
+                                                                   outcomes[index])
+    return outcomes
 
 
-def _check_supervised(tasks: list[Source], settings: Settings, jobs: int | None) -> list:
+#: the project files a long-lived process (flake8, the editor server) read
+#: last, by (path, project): their size and time, the settings, the result;
+#: each file checked alone reads the rest of its project again
+_KNOWN: dict[tuple[str, str | None], tuple[tuple[int, int], Settings, FileResult]] = {}
+
+
+def _stamp(source: Source) -> tuple[int, int] | None:
+    """A file's size and modification time, None for text given or unreadable."""
+    if source.data is not None:
+        return None
+    try:
+        status = os.stat(source.path)
+    except OSError:
+        return None
+    return status.st_size, status.st_mtime_ns
+
+
+def _check_supervised(tasks: list[Source], settings: Settings, jobs: int | None,
+                      noqa: bool = True) -> list:
     """Each task's FileResult, or the Failure of the worker that had it.
-    Imported here: a run answered whole from the cache starts no worker."""
+    Imported here: a run answered whole from the cache starts no worker. A
+    daemonic process (flake8 -j runs plugins in a pool of them) may start
+    none: there each file is checked in the process itself."""
+    import multiprocessing
+
+    check = partial(_check_one, settings=settings, noqa=noqa)
+    if multiprocessing.current_process().daemon:
+        return [check(task) for task in tasks]
     from memlint.engine.isolation import Budget, run_supervised
 
     budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
-    return run_supervised(partial(_check_one, settings=settings), tasks,
-                          useful_jobs(jobs, len(tasks)), budget)
+    return run_supervised(check, tasks, useful_jobs(jobs, len(tasks)), budget)
 
 
 def _cache_key(source: Source, settings: Settings) -> tuple[str, str, bytes] | None:
@@ -225,7 +357,7 @@ def _cache_key(source: Source, settings: Settings) -> tuple[str, str, bytes] | N
             data = read_regular_file(source.path, limit)
         except (Unreadable, OSError):
             return None
-    return source.path, module_name(source.path, source.root), data
+    return source.path, module_name(source.path, source.project or None), data
 
 
 def useful_jobs(jobs: int | None, files: int) -> int:

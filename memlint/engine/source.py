@@ -24,13 +24,15 @@ from memlint.rules.catalogue import CATALOGUE
 
 def check_source(source: str | bytes, path: str = "<stdin>",
                  settings: Settings | None = None, noqa: bool = True) -> list[Finding]:
-    """Findings for one file's text, judged on what that file shows. Raises
+    """Findings for one file's text, judged on what that file shows (the
+    project around it is not read: `check_paths` and the front ends read it,
+    so that a file gets the findings `memlint check .` gives it). Raises
     `RuleCrash` if a rule fails.
 
     `noqa=False` reports findings that `# noqa` comments would hide (flake8's
     `--disable-noqa`)."""
     findings, facts = analyse_source(source, path, settings, noqa)
-    return Project([facts]).settle(findings)
+    return Project([facts], complete=False).settle(findings)
 
 
 def analyse_source(source: str | bytes, path: str, settings: Settings | None = None,
@@ -81,6 +83,18 @@ def _syntax_check_only(source: str, path: str) -> list[Finding]:
 
     module = parse(source, path)
     return [module] if isinstance(module, Finding) else []
+
+
+def source_bytes(text: str) -> bytes:
+    """Text read by an editor or flake8 as bytes that read back as that very
+    text: in the encoding its coding cookie declares (`# coding: latin-1`),
+    else UTF-8."""
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        encoding = declared_encoding(data)
+        return data if encoding.startswith("utf-8") else text.encode(encoding)
+    except (SyntaxError, LookupError, UnicodeEncodeError):  # the checker says why
+        return data
 
 
 class Undecodable(ValueError):

@@ -1,0 +1,7 @@
+import torch
+
+from utils import evaluate
+
+model = torch.nn.Linear(8, 2).cuda()
+loader = [torch.randn(4, 8) for _ in range(10)]
+print(evaluate(model, loader))
