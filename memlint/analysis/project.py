@@ -150,7 +150,7 @@ def mentions_cuda(source: str, lowered: str | None = None) -> bool:
     for word in _CUDA_WORDS:
         start = lowered.find(word)
         while start != -1:
-            line_start = lowered.rfind("\n", 0, start) + 1
+            line_start = max(lowered.rfind("\n", 0, start), lowered.rfind("\r", 0, start)) + 1
             if "#" not in lowered[line_start:start]:
                 return True
             start = lowered.find(word, start + 1)
