@@ -118,7 +118,7 @@ def test_a_five_megabyte_generated_file_finishes_when_the_size_limit_allows_it(t
     Number-heavy literals parse at only ~40 KB/s in libcst: see docs/usage.md. Past
     the default limit (2 MB) it is one MEM000 at once."""
     blob = "QUJD" * 250
-    lines = ["import torch", "DESCRIPTORS = ["]
+    lines = ["import torch", "model = torch.nn.Linear(2, 2).cuda()", "DESCRIPTORS = ["]
     lines += [f"    b'{blob}'," for _ in range(5200)]
     lines += ["]", "LAYERS = {"]
     lines += [f"    'layer{i}': ({i}, {i * 0.5}, 'relu')," for i in range(2000)]
