@@ -15,7 +15,7 @@ LIMIT = 400
 SHRINKING = {
     "mem001_whole_dataset_to_device": 962,
     "mem002_cuda_in_data_worker": 564,
-    "mem003_tensor_history_kept": 483,
+    "mem003_tensor_history_kept": 484,
     "mem004_grad_in_inference": 812,
     "mem005_dataloader_without_pin_memory": 433,
     "mem007_load_without_map_location": 505,

@@ -46,12 +46,17 @@ def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
     return found
 
 
-def message(stored: cst.BaseExpression, value: Value, container: str, verb: str) -> str:
+def message(stored: cst.BaseExpression, value: Value, container: str, verb: str,
+            fixed: bool = False) -> str:
+    """What to keep instead, in order of preference: a number for a scalar
+    (`.item()`), else the tensor without its graph; where `--fix` writes
+    `.detach()` for a scalar, the message says so."""
     text = code(stored)
     simple = isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
     receiver = text if simple else f"({text})"
     if value.scalar:
-        fix = f"{verb} {receiver}.item() instead"
+        fix = (f"{verb} {receiver}.item() instead, or {receiver}.detach() to keep a tensor"
+               + (" (what --fix writes)" if fixed else ""))
     else:
         fix = f"{verb} {receiver}.detach() instead (.detach().cpu() to free the GPU copy too)"
     return (f"'{text}' keeps its autograd graph alive in '{container}' across iterations: "

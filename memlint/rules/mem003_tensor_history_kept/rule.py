@@ -322,7 +322,8 @@ class TensorHistoryKept(Rule):
             if _kept_for_its_data(store, value, flows, frame.node):
                 continue
             fix = detach_fix(store.stored, store.container, store.verb, store.local, frame.node)
-            self.report(store.node, message(store.stored, value, code(store.target), store.verb),
+            self.report(store.node, message(store.stored, value, code(store.target),
+                                            store.verb, fixed=fix is not None),
                         store.statement, self._unless(store), fix=fix)
 
     def _unless(self, store: _Store) -> Condition:
