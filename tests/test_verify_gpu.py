@@ -171,3 +171,26 @@ def test_a_launch_shows_what_each_rank_holds_on_each_gpu():
     assert sorted(contexts["devices_by_pid"][rank0]) == ["cuda:0"]
     together = max(b for _, b in contexts["gpu_timeline"]["cuda:0"])
     assert together >= contexts["devices_by_pid"][rank0]["cuda:0"] + 256 * MiB
+
+
+@pytest.mark.parametrize("name, args", [
+    ("gpu_training.py", ("30",)), ("gpu_whole_dataset.py", ()),
+    ("gpu_predictions_kept.py", ())])
+def test_the_peak_is_explained_by_parts_that_add_up_to_it(name, args):
+    """Issue 28: the reserved peak broken into its parts, from the allocator's
+    history; the parts sum to the allocator's own peak within 2 %."""
+    from memlint.verify.peak import CACHE, PARAMETERS, check_sum
+
+    path = str(DATA / name)
+    run = verify_script(path, probe_findings(path), Options(args=list(args), timeout=180,
+                                                            explain_peak=True))
+    explained = run.raw["peak"]
+    assert explained and "parts" in explained, explained
+    assert check_sum(explained, run.raw["peak_reserved"]), (explained, run.raw["peak_reserved"])
+    assert explained["parts"][CACHE] >= 0
+    if name == "gpu_training.py":
+        assert explained["parts"][PARAMETERS] >= 60 * MiB  # 3*64*64*2048 + 2048*2048 floats
+    if name == "gpu_whole_dataset.py":  # line 8 keeps a 64 MiB array on the device
+        held = {run.verified[int(fid)].finding.line: size
+                for fid, size in explained["findings"].items()}
+        assert held[8] >= 64 * MiB

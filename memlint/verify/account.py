@@ -45,6 +45,12 @@ class AccountSampler:
         self.samples: list[tuple[float, int, int, int]] = []  # t, nvml, reserved, allocated
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
+        self.allocator = allocator_reader(torch, torch_device)
+        self._last_reserved: int | None = None
+        self._last_query = -1.0
+        self._changed = True
+        #: called with the allocator's figures on every tick (the peak recorder)
+        self.on_tick = None
 
     def begin(self) -> None:
         """Sample until `end`. Nothing is allocated for it: the context is read
@@ -56,16 +62,30 @@ class AccountSampler:
 
     def _sample(self) -> None:
         while not self.stopped.wait(self.interval):
-            self.sample()
+            self.sample(force=False)
 
-    def sample(self) -> None:
+    #: NVML is asked at least this often; more often while the reserve changes
+    NVML_EVERY = 0.25
+
+    def sample(self, force: bool = True) -> None:
+        """One tick: the allocator's figures (cheap), and NVML's where the
+        reserve changed since its last answer, on the tick after (NVML's figure
+        can lag a reserve), or NVML_EVERY has passed. Asking NVML on every
+        tick cost the program itself time (issue 28, item 7)."""
         try:
+            reserved, allocated = self.allocator()
+            if self.on_tick is not None:
+                self.on_tick(reserved, allocated)
+            now = time.perf_counter() - self.start
+            changed = reserved != self._last_reserved
+            if not (force or changed or self._changed or now - self._last_query
+                    >= self.NVML_EVERY):
+                return
+            self._changed, self._last_reserved, self._last_query = changed, reserved, now
             used = self.query()
             if used is None:
                 return
-            self.samples.append((time.perf_counter() - self.start, used,
-                                 self.torch.cuda.memory_reserved(self.device),
-                                 self.torch.cuda.memory_allocated(self.device)))
+            self.samples.append((now, used, reserved, allocated))
         except Exception:  # noqa: BLE001 - a failed sample is skipped
             pass
 
@@ -119,6 +139,37 @@ class AccountSampler:
 def _row(sample: tuple[float, int, int, int]) -> dict:
     t, used, reserved, allocated = sample
     return {"t": round(t, 4), "nvml": used, "reserved": reserved, "allocated": allocated}
+
+
+def allocator_reader(torch, device):
+    """A function giving (reserved, allocated) bytes of PyTorch's allocator on
+    `device`, read from its nested stats: `memory_reserved()` and
+    `memory_allocated()` each flatten every statistic into a new dict, which a
+    sampler thread pays, holding the GIL, on every tick."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    raw = getattr(torch._C, "_cuda_memoryStats", None)
+
+    def read() -> tuple[int, int]:
+        if raw is None:
+            return torch.cuda.memory_reserved(device), torch.cuda.memory_allocated(device)
+        stats = raw(index)
+        return (stats["reserved_bytes"]["all"]["current"],
+                stats["allocated_bytes"]["all"]["current"])
+    return read
+
+
+def with_context(account: dict | None, context: int | None) -> dict | None:
+    """The child's account with the context measured beside the run (the
+    parent's probe runs while the script does: run before it, the probe's
+    process start and CUDA context cost every verify run seconds); the parts
+    that follow from the context are derived again."""
+    if account is None or context is None:
+        return account
+    peak = account["at_peak"]
+    others = max(peak["nvml"] - context - peak["reserved"], 0)
+    return {**account, "context_bytes": context, "context_settled": True,
+            "other_bytes": others,
+            "process_peak_bytes": max(peak["nvml"], context + account["peak_reserved"] + others)}
 
 
 def _own_usage_query(index: int):

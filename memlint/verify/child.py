@@ -197,11 +197,14 @@ def run(spec: dict) -> dict:
     probe = Probe(meters_by_key, timeline)
     setattr(builtins, PROBE_NAME, probe)
 
-    sampler = None
+    sampler, recorder = None, None
     if device.is_cuda:
         from memlint.verify.account import AccountSampler
 
         sampler = AccountSampler(device.torch_device, spec.get("context_bytes"))
+        recorder = _peak_recorder(spec, device, script, instrumented.statements)
+        if recorder is not None:
+            sampler.on_tick = recorder.tick
         sampler.begin()
 
     statements = [{"key": s.key, "line": s.line, "end_line": s.end_line, "kind": s.kind,
@@ -256,12 +259,52 @@ def run(spec: dict) -> dict:
         result["peak_reserved"] = torch.cuda.max_memory_reserved(device.torch_device)
         result["account"] = sampler.end() if sampler is not None else None
         result["torch"] = torch.__version__
+        if recorder is not None:
+            result["peak"] = _explain_peak(recorder, result["peak_reserved"])
         if spec.get("snapshot"):
             torch.cuda.memory._dump_snapshot(spec["snapshot"])
             torch.cuda.memory._record_memory_history(enabled=None)
     if timeline is not None:
         result["timeline"] = timeline.stop()
     return result
+
+
+def _peak_recorder(spec: dict, device, script: str, statements):
+    """The allocator's history around the reserve's growth (verify/peak.py),
+    where the spec asks for it (`verify --explain-peak`); under `--snapshot`
+    the whole run's."""
+    if not spec.get("explain_peak"):
+        return None
+    import torch
+    from memlint.verify.peak import PeakRecorder, breakdown
+
+    spans = {fid: (s.line, s.end_line) for s in statements for fid, _ in s.findings}
+    index = device.torch_device.index if device.torch_device.index is not None else 0
+
+    def explain(snapshot: dict, identities: dict) -> dict | None:
+        try:
+            return breakdown(snapshot, index, script, spans, identities)
+        except Exception as error:  # noqa: BLE001 - an odd snapshot is memlint's problem
+            return {"error": f"{type(error).__name__}: {error}"}
+
+    recorder = PeakRecorder(torch, device.torch_device, keep_recording=bool(spec.get("snapshot")),
+                            explain=explain)
+    recorder.start()
+    return recorder
+
+
+def _explain_peak(recorder, measured_reserved: int) -> dict | None:
+    """The peak's parts, and whether they add up to the allocator's peak."""
+    from memlint.verify.peak import check_sum
+
+    recorder.finish()
+    explained = recorder.explained
+    if explained is None or "parts" not in explained:
+        return explained
+    explained["measured_reserved"] = measured_reserved
+    explained["adds_up"] = check_sum(explained, measured_reserved)
+    explained["windows"] = recorder.windows
+    return explained
 
 
 def _seed(seed: int) -> None:

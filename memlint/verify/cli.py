@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=None,
                         help="seed random, numpy and torch before the script runs (--fix "
                              "seeds both runs with 0 unless given)")
+    parser.add_argument("--explain-peak", action="store_true",
+                        help="record the allocator's history while the reserve grows and break "
+                             "the reserved peak into parameters, gradients, optimizer state, "
+                             "activations, tensors of flagged lines and cache (slower)")
     return parser
 
 
@@ -146,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
                               settings=settings,
                               snapshot=_per_script(options.snapshot, script, several),
                               timeline=options.plot is not None, seed=seed,
-                              nproc_per_node=options.nproc_per_node)
+                              nproc_per_node=options.nproc_per_node,
+                              explain_peak=options.explain_peak)
         if options.fix:
             from memlint.verify.fix_effects import compare_fixes
 
@@ -183,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
 def _plot_gpus(gpu_lines: dict, ranks, script: str, out_path: str) -> str:
     """One line per GPU the run touched or a rank selected (flat at zero
     where a rank's own GPU stayed empty)."""
-    from memlint.verify.plot import draw_gpus
+    from memlint.verify.plot import draw_gpus, peak_bars
     from memlint.verify.report import selected_gpus
 
     times = [t for points in gpu_lines.values() for t, _ in points]
@@ -191,7 +196,7 @@ def _plot_gpus(gpu_lines: dict, ranks, script: str, out_path: str) -> str:
         gpu_lines = {**gpu_lines, gpu: [(t, 0) for t in sorted(set(times))]}
     title = f"memlint verify {os.path.basename(script)}: memory per GPU, all ranks"
     try:
-        draw_gpus(gpu_lines, out_path, title)
+        draw_gpus(gpu_lines, out_path, title, peak_bars([run.raw for run in ranks if run.raw]))
     except ImportError:
         saved = os.path.splitext(out_path)[0] + ".gpus.json"
         with open(saved, "w", encoding="utf-8") as handle:
@@ -201,14 +206,15 @@ def _plot_gpus(gpu_lines: dict, ranks, script: str, out_path: str) -> str:
 
 
 def _plot(run, findings, out_path: str, after=None) -> str:
-    from memlint.verify.plot import account_timeline, draw, labels_of, save_timeline
+    from memlint.verify.plot import account_timeline, draw, labels_of, peak_bars, save_timeline
 
     labels = labels_of(run.raw, findings)
     title = f"memlint verify {os.path.basename(run.path)}: device memory and flagged lines"
     fixed = after.raw["timeline"] if after is not None and after.raw \
         and "timeline" in after.raw else None
     try:
-        draw(run.raw["timeline"], labels, out_path, title, fixed, account_timeline(run.raw))
+        draw(run.raw["timeline"], labels, out_path, title, fixed, account_timeline(run.raw),
+             peak_bars([run.raw]))
     except ImportError:
         saved = os.path.splitext(out_path)[0] + ".timeline.json"
         save_timeline(saved, run.raw, labels, title, fixed)

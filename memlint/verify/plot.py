@@ -10,12 +10,14 @@ import sys
 
 
 def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str,
-         fixed: dict | None = None, account: list | None = None) -> None:
+         fixed: dict | None = None, account: list | None = None,
+         bars: list[tuple[str, dict[str, int]]] | None = None) -> None:
     """`timeline` as the child records it; `labels` maps a probe key to its
     legend text ("line 42 MEM003"); `fixed`, the timeline of the run with the
     fixes applied (`verify --fix`), drawn on the same axes. When the flagged
     lines ran in a short stretch of a long run, a second panel zooms in on
-    that stretch."""
+    that stretch. `bars` (label, parts): the peak explained, one stacked bar
+    per process and GPU, drawn to the right of the timeline."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,7 +31,14 @@ def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str,
     end = max([t for t, _ in samples] + [t for p in exits.values() for t, _ in p] + [1e-9])
     window = _zoom_window(times, end)
     rows = 2 if window else 1
-    figure, axes = plt.subplots(rows, 1, figsize=(11, 4.2 * rows), dpi=110, squeeze=False)
+    columns = 2 if bars else 1
+    figure, axes = plt.subplots(rows, columns, figsize=(11 + 4 * (columns - 1), 4.2 * rows),
+                                dpi=110, squeeze=False,
+                                gridspec_kw={"width_ratios": [3, 1][:columns]})
+    if bars:
+        _bars(axes[0][1], bars)
+        for row in range(1, rows):
+            axes[row][1].axis("off")
     for row, limits in enumerate([None, window][:rows]):
         _panel(axes[row][0], samples, exits, labels, limits, plt.get_cmap("tab10"),
                fixed["samples"] if fixed else None, account)
@@ -42,7 +51,31 @@ def draw(timeline: dict, labels: dict[int, str], out_path: str, title: str,
     plt.close(figure)
 
 
-def draw_gpus(gpu_timeline: dict[str, list], out_path: str, title: str) -> None:
+#: a colour per part of the peak, the same in every plot
+_PART_COLOURS = {"CUDA context": "0.55", "parameters": "tab:blue", "gradients": "tab:orange",
+                 "optimizer state": "tab:green", "activations saved for backward": "tab:red",
+                 "tensors kept by flagged lines": "tab:purple", "other tensors": "tab:brown",
+                 "allocator cache": "0.8", "other (libraries)": "0.35"}
+
+
+def _bars(axes, bars: list[tuple[str, dict[str, int]]]) -> None:
+    """The peak of each process/GPU as one stacked bar of its parts."""
+    gib = 2**30
+    names = [name for name in _PART_COLOURS if any(parts.get(name) for _, parts in bars)]
+    bottoms = [0.0] * len(bars)
+    for name in names:
+        heights = [parts.get(name, 0) / gib for _, parts in bars]
+        axes.bar(range(len(bars)), heights, bottom=bottoms, color=_PART_COLOURS[name],
+                 label=name, width=0.6)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    axes.set_xticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
+    axes.set_ylabel("GiB at the peak")
+    axes.set_title("the peak, by what held it", fontsize=10)
+    axes.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.12), ncol=1)
+
+
+def draw_gpus(gpu_timeline: dict[str, list], out_path: str, title: str,
+              bars: list[tuple[str, dict[str, int]]] | None = None) -> None:
     """A launched run (`--nproc-per-node`): one line per GPU, the memory all
     the run's processes hold on it (NVML, as nvidia-smi counts it), so that a
     GPU 0 fuller than the others shows at a glance."""
@@ -52,7 +85,12 @@ def draw_gpus(gpu_timeline: dict[str, list], out_path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     gib = 2**30
-    figure, axes = plt.subplots(figsize=(11, 4.2), dpi=110)
+    figure, both = plt.subplots(1, 2 if bars else 1, figsize=(15 if bars else 11, 4.2),
+                                dpi=110, squeeze=False,
+                                gridspec_kw={"width_ratios": [3, 1] if bars else [1]})
+    axes = both[0][0]
+    if bars:
+        _bars(both[0][1], bars)
     for index, (gpu, points) in enumerate(sorted(gpu_timeline.items())):
         axes.plot([t for t, _ in points], [b / gib for _, b in points],
                   color=plt.get_cmap("tab10")(index % 10), linewidth=1.4,
@@ -129,7 +167,21 @@ def save_timeline(path: str, raw: dict, labels: dict[int, str], title: str,
     with open(path, "w", encoding="utf-8") as handle:
         json.dump({"title": title, "labels": {str(k): v for k, v in labels.items()},
                    "timeline": raw["timeline"], "fixed_timeline": fixed,
-                   "account": account_timeline(raw)}, handle)
+                   "account": account_timeline(raw), "bars": peak_bars([raw])}, handle)
+
+
+def peak_bars(raws: list[dict]) -> list[tuple[str, dict[str, int]]]:
+    """One (label, parts) per process with its peak explained: `pid N cuda:I`
+    (with the rank where there is one)."""
+    from memlint.verify.peak import process_bar
+
+    bars = []
+    for raw in raws:
+        bar = process_bar(raw)
+        if bar is not None:
+            rank = f"rank {raw['rank']}\n" if raw.get("rank") is not None else ""
+            bars.append((f"{rank}pid {raw.get('pid')}\n{raw.get('device')}", bar))
+    return bars
 
 
 def account_timeline(raw: dict) -> list | None:
@@ -144,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0], encoding="utf-8") as handle:
         saved = json.load(handle)
     draw(saved["timeline"], {int(k): v for k, v in saved["labels"].items()}, argv[1],
-         saved["title"], saved.get("fixed_timeline"), saved.get("account"))
+         saved["title"], saved.get("fixed_timeline"), saved.get("account"), saved.get("bars"))
     return 0
 
 

@@ -214,7 +214,7 @@ class ContextWatcher:
                             or descends_from(pid, session):
                         self.session_pids.add(pid)
                         self.memory_by_pid[pid] = max(used, self.memory_by_pid.get(pid, 0))
-                    else:
+                    elif not descends_from(pid, os.getpid()):  # memlint's context probe
                         foreign += used
                 self.foreign_max = max(self.foreign_max, foreign)
                 self._note_gpus()

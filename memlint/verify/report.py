@@ -6,6 +6,7 @@ import json
 import os
 
 from memlint.verify.account import account_rows, gpu_rows
+from memlint.verify.peak import peak_rows
 from memlint.verify.judges import human_bytes
 from memlint.verify.processes import STILL_SECONDS
 from memlint.verify.runner import ScriptRun
@@ -92,6 +93,7 @@ def format_text(runs: list[ScriptRun], skipped: list[str]) -> str:
         if account:
             rows.append("  memory account, as nvidia-smi counts it (NVML, per process):")
             rows.extend("  " + row for row in account)
+        rows.extend(peak_rows(raw, [item.finding for item in run.verified]))
         if position in launch_ends:
             ranks = launch_ends[position]
             per_gpu = gpu_rows(raw.get("contexts"), _ranks_by_pid(ranks), selected_gpus(ranks))
@@ -125,6 +127,12 @@ def _account_data(run: ScriptRun) -> dict | None:
             "processes": raw.get("contexts")}
 
 
+def _held(run: ScriptRun, finding_id: int) -> int | None:
+    """Bytes of the reserved peak held by tensors allocated at the finding's lines."""
+    explained = (run.raw or {}).get("peak") or {}
+    return explained.get("findings", {}).get(str(finding_id))
+
+
 def as_data(runs: list[ScriptRun], skipped: list[str]) -> dict:
     return {"scripts": [{"path": run.path, "outcome": run.outcome,
                          "run_seconds": run.run_seconds, "timed_out": run.timed_out,
@@ -133,5 +141,7 @@ def as_data(runs: list[ScriptRun], skipped: list[str]) -> dict:
                          "partial": bool((run.raw or {}).get("partial")),
                          "peak_allocated": (run.raw or {}).get("peak_allocated"),
                          "peak_reserved": (run.raw or {}).get("peak_reserved"),
-                         "findings": [v.to_dict() for v in run.verified]} for run in runs],
+                         "peak_explained": (run.raw or {}).get("peak"),
+                         "findings": [{**v.to_dict(), "held_at_peak": _held(run, fid)}
+                                      for fid, v in enumerate(run.verified)]} for run in runs],
             "skipped": skipped}

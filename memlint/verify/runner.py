@@ -8,12 +8,14 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from memlint.engine import check_file, discover
 from memlint.finding import Finding
 from memlint.engine.settings import Settings
+from memlint.verify.account import with_context
 from memlint.verify.context_probe import context_bytes
 from memlint.verify.instrument import is_runnable
 from memlint.verify.judges import CONFIRMED, ERROR, NOT_REACHED, Judgement, RunFacts, judge
@@ -36,6 +38,10 @@ class Options:
     #: None: the script runs as a plain child; N (1 included): under torchrun, one
     #: child per rank, so that a script reading RANK or LOCAL_RANK finds them
     nproc_per_node: int | None = None
+    #: record the allocator's history while the reserve grows and explain the
+    #: peak (`--explain-peak`): off by default, its cost on a many-small-
+    #: allocations program is not yet within the overhead goal (bench/verify-overhead)
+    explain_peak: bool = False
 
 
 @dataclass
@@ -129,6 +135,7 @@ class _Launched(NamedTuple):
     stack_path: str
     hits_path: str
     busy: bool | None = None  #: at the timeout: still computing (see processes.ChildEnd)
+    context: int | None = None  #: the CUDA context's size, from the probe beside the run
 
 
 def _launch(work: str, path: str, findings: list[Finding], options: Options,
@@ -143,8 +150,8 @@ def _launch(work: str, path: str, findings: list[Finding], options: Options,
             "stack_path": stack_path, "ranks": ranks,
             "device": options.device, "seed": options.seed, "result_path": result_path,
             "hits_path": hits_path, "timeline": options.timeline,
-            "context_bytes": context_bytes(options.device, options.python)
-            if options.device.startswith("cuda") else None,
+            "explain_peak": options.explain_peak,
+            "context_bytes": None,  # measured beside the run, applied by the parent
             "snapshot": os.path.abspath(options.snapshot) if options.snapshot and ranks is None
             else None,
             "findings": [{"id": i, "line": f.line, "code": f.code}
@@ -154,6 +161,7 @@ def _launch(work: str, path: str, findings: list[Finding], options: Options,
     # every run on a GPU: the account's other processes (workers, ranks, not ours)
     watcher = ContextWatcher() if options.device.startswith("cuda") else None
     launcher = _launcher(ranks) if ranks is not None else []
+    context = _ContextBeside(options) if options.device.startswith("cuda") else None
     ended = run_child(
         [options.python, *launcher, "-m", "memlint.verify.child", spec_path], options.timeout,
         _child_env(), log_path, on_start=watcher.start if watcher else None,
@@ -162,7 +170,25 @@ def _launch(work: str, path: str, findings: list[Finding], options: Options,
     with open(log_path, encoding="utf-8", errors="replace") as handle:
         log_tail = "".join(handle.readlines()[-15:])
     return _Launched(ended.status, ended.timed_out, contexts, log_tail, result_path, stack_path,
-                     hits_path, ended.busy)
+                     hits_path, ended.busy, context.value() if context is not None else None)
+
+
+class _ContextBeside:
+    """The context probe (verify/context_probe.py), run in a thread while the
+    script runs: run before it, its process start, torch import and CUDA
+    context added 4 s to every verify run on an H100 (issue 28, item 7). Its
+    figure is per process (NVML), so the run beside it does not change it."""
+
+    def __init__(self, options: Options) -> None:
+        self.found: list[int | None] = []
+        self.thread = threading.Thread(
+            target=lambda: self.found.append(context_bytes(options.device, options.python)),
+            daemon=True)
+        self.thread.start()
+
+    def value(self) -> int | None:
+        self.thread.join(timeout=120)
+        return self.found[0] if self.found else None
 
 
 def _measured(result_path: str, launched: _Launched) -> dict | None:
@@ -173,6 +199,8 @@ def _measured(result_path: str, launched: _Launched) -> dict | None:
         if raw is not None:
             raw["outcome"] = {"exit": "timeout"} if launched.timed_out else \
                 {"exit": "died", "status": launched.status}
+    if raw is not None and raw.get("account") is not None:
+        raw["account"] = with_context(raw["account"], launched.context)
     return raw
 
 
