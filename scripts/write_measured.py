@@ -82,8 +82,22 @@ def figures_block(listings: tuple[str, ...], source: str,
             + "#: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count\n"
             f"HELDOUT_LISTINGS: tuple[str, ...] = {listings!r}\n"
             "#: what the figures are: which sets, judged at which commit, when; which corpus\n"
-            f"SOURCE = {source!r}\n"
+            f"SOURCE = ({_wrapped(source)})\n"
             "MEASURED: dict[str, Measured] = {\n" + "\n".join(rows) + "\n}\n")
+
+
+def _wrapped(text: str, width: int = 80) -> str:
+    """A long string as adjacent literals, one per line, so the file stays within
+    the line length."""
+    pieces, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + len(word) + 1 > width:
+            pieces.append(line + " ")
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    pieces.append(line)
+    return "\n          ".join(repr(piece) for piece in pieces)
 
 
 def main(argv: list[str] | None = None) -> int:

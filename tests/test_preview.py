@@ -13,6 +13,7 @@ from memlint.rules.measured import ENOUGH_JUDGED, Measured
 
 @pytest.fixture
 def mem005_in_preview(monkeypatch):
+    monkeypatch.delenv("MEMLINT_PREVIEW")
     monkeypatch.setattr(settings_module, "PREVIEW_CODES", frozenset({"MEM005"}))
     monkeypatch.setattr(cli, "PREVIEW_CODES", frozenset({"MEM005"}))
 
@@ -92,3 +93,35 @@ def test_the_measured_verdicts_are_the_committed_ones():
     written = {code: (f.true, f.false, f.debatable) for code, f in MEASURED.items()
                if f.judged}
     assert written == recounted, "run python scripts/write_measured.py"
+
+
+def test_the_default_set_is_the_measured_one(monkeypatch):
+    """Outside the tests' own patch (conftest), the rules in preview are exactly
+    those the measured figures do not trust, and a plain `check` leaves them out."""
+    import memlint.rules as rules
+    from memlint.rules.measured import MEASURED
+
+    untrusted = {code for code, figures in MEASURED.items() if not figures.trusted}
+    assert rules.PREVIEW_CODES == untrusted
+    monkeypatch.setattr(settings_module, "PREVIEW_CODES", rules.PREVIEW_CODES)
+    assert not untrusted & set(Settings().selected_codes())
+    assert untrusted <= set(Settings(preview=True).selected_codes())
+
+
+@pytest.mark.parametrize("value, preview", [("1", True), ("true", True), ("0", False), ("", False)])
+def test_the_environment_turns_preview_on_in_every_front_end(monkeypatch, tmp_path, value,
+                                                             preview):
+    from memlint.engine.config import load_settings
+
+    monkeypatch.setenv("MEMLINT_PREVIEW", value)
+    assert load_settings(None).preview is preview
+    project = tmp_path / "pyproject.toml"
+    project.write_text("[tool.memlint]\nselect = ['MEM']\n", encoding="utf-8")
+    assert load_settings(project).preview is preview
+
+
+def test_a_bad_preview_variable_is_a_one_line_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("MEMLINT_PREVIEW", "maybe")
+    (tmp_path / "train.py").write_text("x = 1\n", encoding="utf-8")
+    assert cli.main(["check", "--no-cache", str(tmp_path / "train.py")]) == 2
+    assert "MEMLINT_PREVIEW: expected 1 or 0" in capsys.readouterr().err

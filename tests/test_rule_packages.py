@@ -49,14 +49,29 @@ def test_the_readme_table_lists_every_rule_in_order():
     assert table == list(NAMES_BY_CODE.items())
 
 
-def test_the_rule_index_is_current():
+def _index_writer():
     sys.path.insert(0, str(CHECKOUT / "scripts"))
     try:
-        from write_rule_index import rule_index
+        import write_rule_index
     finally:
         sys.path.remove(str(CHECKOUT / "scripts"))
-    assert (CHECKOUT / "rules" / "README.md").read_text(encoding="utf-8") == rule_index(), \
+    return write_rule_index
+
+
+def test_the_rule_index_is_current():
+    assert (CHECKOUT / "rules" / "README.md").read_text(encoding="utf-8") \
+        == _index_writer().rule_index(), "run python scripts/write_rule_index.py"
+
+
+def test_the_readme_states_each_rules_severity_set_and_measured_precision():
+    """Default or preview, severity, precision and frequency in README.md are
+    the ones `measured.py` and the catalogue give, not copied by hand."""
+    readme = (CHECKOUT / "README.md").read_text(encoding="utf-8")
+    writer = _index_writer()
+    assert writer.readme_with_rules_table(readme) == readme, \
         "run python scripts/write_rule_index.py"
+    for code in NAMES_BY_CODE:
+        assert f"| {writer.measured_cells(code)} |" in readme
 
 
 def test_a_new_rule_package_is_found_without_registering_it(tmp_path):

@@ -813,19 +813,15 @@ def _write(text: str) -> None:
 def _list_rules() -> int:
     """Code, name, default or preview, how often right on unseen code, summary."""
     from memlint.cli.pages import summary
-    from memlint.rules.measured import MEASURED, SOURCE
+    from memlint.rules.measured import SOURCE, frequency_of, verdict_of
 
-    rows = []
-    for code, name in NAMES_BY_CODE.items():
-        figures = MEASURED.get(code)
-        precision = figures.precision if figures is not None else None
-        shown = f"{precision:.2f}" if precision is not None else "-"
-        rows.append((code, name, "preview" if code in PREVIEW_CODES else "default", shown,
-                     summary(code)))
-    width = max(len(row[1]) for row in rows)
-    _write(f"{'code':<6}  {'name':<{width}}  {'runs':<7}  {'precision':>9}  summary\n"
-           + "".join(f"{code}  {name:<{width}}  {runs:<7}  {precision:>9}  {text}\n"
-                     for code, name, runs, precision, text in rows)
+    rows = [(code, name, "preview" if code in PREVIEW_CODES else "default", verdict_of(code),
+             frequency_of(code), summary(code)) for code, name in NAMES_BY_CODE.items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    header = ("code", "name", "runs", "precision on unseen code", "per 1k files", "summary")
+    widths = [max(width, len(title)) for width, title in zip(widths, header)]
+    _write("".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths))
+                   + f"  {row[5]}\n" for row in (header, *rows))
            + f"\nprecision: {SOURCE}; preview rules run with --preview or their code in "
              "--select\n")
     return EXIT_CLEAN

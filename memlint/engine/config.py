@@ -62,12 +62,31 @@ def common_parent(paths: Iterable[str]) -> str:
         return os.getcwd()
 
 
+#: the environment variable that turns on the rules in preview in every front end
+#: (flake8, pre-commit and the editor server take no `--preview`)
+PREVIEW_VARIABLE = "MEMLINT_PREVIEW"
+
+
 def load_settings(pyproject: Path | None) -> Settings:
-    """Settings from `pyproject` ([tool.memlint]), or the defaults when there is none."""
+    """Settings from `pyproject` ([tool.memlint]), or the defaults when there is
+    none; `MEMLINT_PREVIEW=1` adds the rules in preview to either."""
     if pyproject is None:
-        return Settings(root=os.getcwd())
-    table = _read_table(pyproject).get("memlint", {})
-    return settings_from_table(table, str(pyproject), root=str(pyproject.parent))
+        settings = Settings(root=os.getcwd())
+    else:
+        table = _read_table(pyproject).get("memlint", {})
+        settings = settings_from_table(table, str(pyproject), root=str(pyproject.parent))
+    return replace(settings, preview=True) if preview_from_environment() \
+        else settings
+
+
+def preview_from_environment() -> bool:
+    value = os.environ.get(PREVIEW_VARIABLE, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ConfigError(f"{PREVIEW_VARIABLE}: expected 1 or 0 (true or false), got "
+                      f"{os.environ[PREVIEW_VARIABLE]!r}")
 
 
 def _read_table(pyproject: Path) -> dict:

@@ -6,5 +6,5 @@ measures it `verify.py`."""
 
 from memlint.rules.entry import RuleEntry
 
-ENTRY = RuleEntry("MEM010", "predictions-kept-on-gpu", "warning",
+ENTRY = RuleEntry("MEM010", "predictions-kept-on-gpu", "error",
                   ("append", "extend", "insert", "cat(", "stack(", "concat"))
