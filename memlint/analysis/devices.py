@@ -457,6 +457,18 @@ def gives_no_host_tensors(dataset: cst.BaseExpression, ctx: Context) -> bool:
                                                 for arg in dataset.args)
 
 
+#: Libraries whose data sets give host tensors.
+_HOST_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.",
+                  "datasets.load_dataset")
+
+
+def gives_host_tensors(dataset: cst.BaseExpression | None, ctx: Context) -> bool:
+    """A data set known to give host tensors: a `TensorDataset`, a torchvision,
+    torchaudio or torchtext data set, a Hugging Face `load_dataset`."""
+    source = (ctx.qualify(dataset.func) or "") if isinstance(dataset, cst.Call) else ""
+    return source in TENSOR_DATASETS or source.startswith(_HOST_DATASETS)
+
+
 def names_cuda_literally(call: cst.Call) -> bool:
     """`x.cuda()`, `x.cuda(1)`, `x.to("cuda:0")`: the program runs on a GPU or
     not at all, where `x.to(device)` lets it run on a host without one."""
