@@ -18,13 +18,19 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import string_value
 from memlint.analysis.flows import returns_its_argument
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.names import call_arg, dotted_name, has_star_args
+from memlint.analysis.names import call_arg, dotted_name, has_star_args, literal_bool
+from memlint.analysis.torch_api import INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_DATASETS
 
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
 #: collate_fn, pin_memory, ...)
 _WORKERS_POSITION = 5
 COLLATE_POSITION = 6
 PIN_MEMORY_POSITION = 7
+
+#: methods that change a dict in place
+_DICT_CHANGES = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__"}
+#: a `**kw` dict that has no such key
+_ABSENT = cst.Name("absent")
 
 #: a `num_workers` value: an int; None, unknown; str: an argparse dest;
 #: (function, parameter, position): what callers pass
@@ -77,30 +83,114 @@ def collate_is_identity(loader: cst.Call, ctx: Context) -> bool:
                for info in ModuleIndex.of(ctx).functions.values())
 
 
+_INTEGER_METHODS = {"long", "int", "short"}
+
+
+def integer_tensor(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool:
+    """A tensor built as integers (`torch.arange(n)`, `ids.long()`,
+    `torch.tensor(x, dtype=torch.long)`), through names bound to one: token
+    ids and indices, a few bytes a sample, whose copy pinning barely speeds."""
+    value = ctx.resolve(value)
+    if depth > 4 or not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _INTEGER_METHODS and not value.args:
+        return True
+    if isinstance(func, cst.Attribute) and func.attr.value == "to" and value.args:
+        return ctx.qualify(value.args[0].value) in INTEGER_DTYPES
+    qualified = ctx.qualify(func) or ""
+    dtype = call_arg(value, "dtype")
+    if dtype is not None:
+        return ctx.qualify(dtype.value) in INTEGER_DTYPES
+    return qualified in INTEGER_FACTORIES
+
+
+def integer_batches(dataset: cst.BaseExpression | None, ctx: Context) -> bool:
+    """A `TensorDataset` whose every tensor holds integers: its batches are ids
+    or indices, not floating-point samples (issue 25: not worth pinning)."""
+    if not isinstance(dataset, cst.Call) or ctx.qualify(dataset.func) not in TENSOR_DATASETS:
+        return False
+    tensors = [arg.value for arg in dataset.args]
+    return bool(tensors) and all(arg.star == "" for arg in dataset.args) \
+        and all(integer_tensor(tensor, ctx) for tensor in tensors)
+
+
 def code_of(node: cst.CSTNode, limit: int = 40) -> str:
     """The node as written, on one line, cut to `limit` characters."""
     text = " ".join(cst.Module(body=[]).code_for_node(node).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-class WorkerCounts:
-    """How many worker processes the loaders of one file start: read while the
-    walk is at the loader (`workers`), settled once the file is read
-    (`resolved`: argparse defaults, what callers pass)."""
+class LoaderArguments:
+    """What the loaders of one file are given: how many worker processes they
+    start, read while the walk is at the loader (`workers`) and settled once
+    the file is read (`resolved`: argparse defaults, what callers pass); and
+    whether their memory is pinned (`pin_memory`)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.index = ModuleIndex.of(ctx)
         #: argparse options of this file: dest -> default (`--workers`, default=4)
         self.option_defaults: dict[str, cst.BaseExpression | None] = {}
+        #: names of dicts changed after they were built (`kw["pin_memory"] = True`,
+        #: `kw.update(...)`): what a `**kw` of them holds is not the literal
+        self.changed_dicts: set[str] = set()
 
     @classmethod
-    def of(cls, ctx: Context) -> WorkerCounts:
+    def of(cls, ctx: Context) -> LoaderArguments:
         return ctx.shared(cls)
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
             self._note_option(node)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value in _DICT_CHANGES:
+            self.changed_dicts.add(dotted_name(node.func.value) or "")
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Subscript):
+                self.changed_dicts.add(dotted_name(target.target.value) or "")
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.changed_dicts.add(dotted_name(node.target) or "")  # `kw |= {...}`
+
+    def spread_dicts(self, expr: cst.BaseExpression) -> list[cst.Dict | None]:
+        """The dicts `**expr` may unpack, when this file builds them as
+        literals and changes them nowhere: one per value it may hold (None: a
+        value that is not such a dict)."""
+        if (dotted_name(expr) or "") in self.changed_dicts:
+            return [None]
+        found: list[cst.Dict | None] = []
+        for value in assigned_values(expr, self.ctx):
+            branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
+            found += [branch if isinstance(branch, cst.Dict) else None for branch in branches]
+        return found
+
+    def pin_memory(self, loader: cst.Call) -> tuple[str, str]:
+        """Whether `loader` pins its batches, and how the call says so:
+        ("set", ...): True, or decided at run time (`device.type == "cuda"`);
+        ("false", written): `pin_memory=False`; ("missing", written): not
+        given, also not in a `**kw` dict this file builds; ("unknown", ...):
+        it may come with `**kwargs` or `*args` this file does not show."""
+        arg = call_arg(loader, "pin_memory", position=PIN_MEMORY_POSITION)
+        if arg is not None:
+            return ("false", "DataLoader(..., pin_memory=False)") \
+                if literal_bool(arg.value) is False else ("set", "")
+        spread = [a.value for a in loader.args if a.star == "**"]
+        if not spread:
+            return "missing", "DataLoader(...) without pin_memory"
+        entries = [None if d is None or not all(  # `{**base, ...}`: may hold it
+            isinstance(e, cst.DictElement) for e in d.elements) else next(
+            (e.value for e in d.elements if isinstance(e, cst.DictElement)
+             and string_value(e.key) == "pin_memory"), _ABSENT)
+            for expr in spread for d in self.spread_dicts(expr)]
+        written = f"DataLoader(..., **{code_of(spread[0])})"
+        if any(e is None or (e is not _ABSENT and literal_bool(e) is not False)
+               for e in entries):
+            return "unknown", ""  # or set: a dict of unknown make, or True
+        if any(e is not _ABSENT for e in entries):
+            return "false", f"{written} with pin_memory=False"
+        return "missing", f"{written} without pin_memory"
 
     def workers(self, node: cst.Call) -> Workers:
         """The `num_workers` of the loader call `node`, which the walk is at."""
@@ -160,15 +250,13 @@ class WorkerCounts:
         """`num_workers` inside `**kwargs`, when `kwargs` is a dict this file builds
         (`{'num_workers': 1, 'pin_memory': True} if args.cuda else {}`)."""
         values: list[WorkerCount] = []
-        for value in assigned_values(expr, self.ctx):
-            branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
-            for branch in branches:
-                if isinstance(branch, cst.Dict):
-                    entry = next((e for e in branch.elements if isinstance(e, cst.DictElement)
-                                  and string_value(e.key) == "num_workers"), None)
-                    values += self._worker_values(entry.value) if entry else [0]
-                else:
-                    values.append(None)
+        for branch in self.spread_dicts(expr):
+            if branch is not None:
+                entry = next((e for e in branch.elements if isinstance(e, cst.DictElement)
+                              and string_value(e.key) == "num_workers"), None)
+                values += self._worker_values(entry.value) if entry else [0]
+            else:
+                values.append(None)
         return values
 
     def _parameter(self, name: str) -> tuple[cst.FunctionDef, cst.Param, int | None] | None:

@@ -11,7 +11,7 @@ import libcst as cst
 from memlint.analysis.context import Context
 from memlint.analysis.datasets import is_dataset_class
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
-from memlint.analysis.loaders import Workers, WorkerCounts, assigned_values
+from memlint.analysis.loaders import Workers, LoaderArguments, assigned_values
 from memlint.analysis.module_index import PARTIALS, ClassInfo, FunctionInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.fact_collector import FactCollector
@@ -170,7 +170,7 @@ class CudaInDataWorker(Rule):
         self.index = ModuleIndex.of(ctx)
         self.sites: list[_CudaSite] = []
         self.loaders: list[_Loader] = []
-        self.counts = WorkerCounts.of(ctx)  # how many workers each loader starts
+        self.counts = LoaderArguments.of(ctx)  # how many workers each loader starts
         #: collate functions no loader of this file uses: the project's loaders decide
         self._loaded_elsewhere: set[FunctionInfo] = set()
 

@@ -7,19 +7,23 @@ from typing import NamedTuple
 import libcst as cst
 
 from memlint.analysis.context import Context
-from memlint.analysis.devices import (CudaReturns, creates_on_cuda, gives_host_tensors,
+from memlint.analysis.devices import (CudaReturns, callers_pass_cuda, cpu_default_parameter,
+                                      creates_on_cuda, gives_host_tensors,
                                       gives_no_host_tensors, is_cuda_device, moves_to_cuda,
                                       names_cuda_literally, run_with)
 from memlint.analysis.flows import (GPU, STAY, UNKNOWN, ValueFlows, collate_moves_to_device,
                                     root_name)
-from memlint.analysis.loaders import PIN_MEMORY_POSITION, collate_is_identity
-from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs, literal_bool
+from memlint.analysis.loaders import (PIN_MEMORY_POSITION, LoaderArguments, collate_is_identity,
+                                      integer_batches)
+from memlint.analysis.module_index import ModuleIndex
+from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoCalleeCopiesToCuda, UnlessNoImporterCopiesToCuda,
                                       UnlessProjectOnCpu)
 from memlint.analysis.torch_api import DATA_LOADERS, SET_DEFAULT_DEVICE
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
+from memlint.rules.mem005_dataloader_without_pin_memory.facts import UnlessOnlyCalledHere
 from memlint.rules.mem005_dataloader_without_pin_memory.uses import NameUses
 from memlint.rules.rewrites import with_keyword
 
@@ -171,20 +175,22 @@ class DataLoaderWithoutPinMemory(Rule):
         self.gpu_dataset_classes: set[str] = set()
         self.flows = ValueFlows.of(ctx)  # where the batches of each loop go
         ctx.shared(CudaReturns)  # what the module's functions return on the GPU
+        self.arguments = LoaderArguments.of(ctx)  # what each loader is given
         self.names = NameUses.of(ctx)  # how each name is used: iterated, handed on, returned
-        #: the first call that copies to (or makes on) a CUDA device: the
-        #: evidence, for related locations
-        self.first_copy: cst.Call | None = None
+        #: the calls that copy to (or make on) a CUDA device, each with the
+        #: function whose parameter defaulting to the CPU names that device, if so
+        self.copies: list[tuple[cst.Call, cst.FunctionDef | None, str]] = []
         self.copies_non_blocking = False
         #: a copy goes to a device the program picks when it runs (`.to(device)`,
         #: `args.device`), so it may run on a host without CUDA
         self.device_chosen_at_run_time = False
 
     def visit_Call(self, node: cst.Call) -> None:
-        copies = False
+        copies = moves = False
         if self.ctx.qualify(node.func) in DATA_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
+            moves = True
             self._note_dataset_on_gpu()
             copies = True
             self.device_chosen_at_run_time |= not names_cuda_literally(node)
@@ -196,8 +202,10 @@ class DataLoaderWithoutPinMemory(Rule):
             copies = True
         elif self.ctx.qualify(node.func) in SET_DEFAULT_DEVICE and node.args:
             copies = is_cuda_device(node.args[0].value, self.ctx) is True
-        if copies and self.first_copy is None:
-            self.first_copy = node
+        if copies:
+            device = call_arg(node, "device", position=0 if moves else None)
+            function = cpu_default_parameter(device.value, self.ctx) if device else None
+            self.copies.append((node, function, dotted_name(device.value) or "" if device else ""))
 
     def _note_dataset_on_gpu(self) -> None:
         function, class_def = self.ctx.function, self.ctx.class_def
@@ -215,15 +223,11 @@ class DataLoaderWithoutPinMemory(Rule):
         dataset_value = self.ctx.resolve(dataset.value) if dataset is not None else None
         if dataset_value is not None and gives_no_host_tensors(dataset_value, self.ctx):
             return
-        pin = call_arg(node, "pin_memory", position=PIN_MEMORY_POSITION)
-        if pin is None:
-            if has_star_kwargs(node):
-                return  # pin_memory may come with the **kwargs
-            written = "DataLoader(...) without pin_memory"
-        elif literal_bool(pin.value) is False:
-            written = "DataLoader(..., pin_memory=False)"
-        else:
-            return  # True, or decided at run time (a variable, `device.type == "cuda"`)
+        if integer_batches(dataset_value, self.ctx):
+            return  # token ids or indices: a few bytes a sample, pinning buys nothing of note
+        pinned, written = self.arguments.pin_memory(node)
+        if pinned not in ("missing", "false"):
+            return  # True, decided at run time (`device.type == "cuda"`), or in **kwargs
         dataset_class = dotted_name(dataset_value.func) \
             if isinstance(dataset_value, cst.Call) else None
         parent = self.ctx.parent
@@ -279,8 +283,24 @@ class DataLoaderWithoutPinMemory(Rule):
         return (STAY if reads and self.names.uses_of(loader, loader, owner) <= reads + 1
                 else UNKNOWN), []
 
+    def _first_copy(self) -> tuple[cst.Call | None, tuple[str, ...]]:
+        """The first copy to a CUDA device, and the functions of this module
+        that other files may call with a GPU device when every copy is to a
+        parameter defaulting to the CPU that no caller here sets otherwise
+        (none of them: no copy to a GPU happens)."""
+        index = ModuleIndex.of(self.ctx)
+        maybe: list[tuple[cst.Call, str]] = []
+        for node, function, device in self.copies:
+            if function is None or callers_pass_cuda(function, device, self.ctx):
+                return node, ()
+            info = index.info(function)
+            if info is not None and info.parent is None and not self.ctx.path.endswith(".ipynb"):
+                maybe.append((node, function.name.value))  # importable: its callers may tell
+        return (maybe[0][0], tuple(sorted({name for _, name in maybe}))) if maybe else (None, ())
+
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
+        first_copy, called_elsewhere = self._first_copy()
         for loader in self.unpinned:
             node, statement, written, target, dataset_class, escapes, assigned, owner, _ = loader
             if target is not None and self.names.uses_of(target, assigned, owner) <= 1:
@@ -290,7 +310,7 @@ class DataLoaderWithoutPinMemory(Rule):
                 continue  # its loops copy no batch to the GPU, or it is read once
             if dataset_class in self.gpu_dataset_classes:
                 continue  # the Dataset put its data on the GPU: MEM001's finding
-            if self.first_copy is None:  # this module copies nothing to a CUDA device
+            if first_copy is None:  # this module copies nothing to a CUDA device
                 callees = self.names.imported_callees.get((assigned, owner)) if assigned else None
                 returned = self.names.returned_names  # `return loader`, `return loaders[0]`
                 escapes |= assigned in returned \
@@ -310,12 +330,14 @@ class DataLoaderWithoutPinMemory(Rule):
                             fix=self._pin(loader))
                 continue
             unless: Condition = UnlessProjectOnCpu.here(self.ctx)
+            if called_elsewhere:  # a device parameter that only other files may set to a GPU
+                unless = Either((unless, UnlessOnlyCalledHere(self.facts.module, called_elsewhere)))
             if batches == STAY:  # handed only to functions of other modules
                 unless = Either((unless, UnlessHelpersKeepBatchesOnHost(tuple(handed_out))))
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking,
                                                   when=run_with(self.facts)),
                         statement, unless, fix=self._pin(loader),
-                        related=[(self.first_copy, "copied to a CUDA device here: this "
+                        related=[(first_copy, "copied to a CUDA device here: this "
                                                    "module's batches go to the GPU")])
 
     def _pin(self, loader: _Loader) -> FixPlan:
