@@ -21,6 +21,7 @@ history), None (cannot tell, e.g. a function parameter). Rules flag only True.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -239,6 +240,15 @@ class AutogradValues:
     def callee_kind(self, func: cst.BaseExpression) -> str | None:
         """"module", "loss", "other" or None: what calling `func` runs."""
         return self._callee_kind(func)
+
+    def forward_element(self, stored: cst.BaseExpression) -> tuple[int, int] | None:
+        """`acc` of `loss, acc = model(x)`: its position and the tuple's length."""
+        site = self.ctx.binding_site(stored.value) if type(stored) is cst.Name else None
+        if site is None or site.unpacked_length is None or type(site.unpacked_from) is not cst.Call:
+            return None
+        if self.callee_kind(site.unpacked_from.func) != "module":
+            return None
+        return site.unpacked_index or 0, site.unpacked_length
 
     def depends_on(self, node: cst.BaseExpression, name: str) -> bool:
         """Whether `node` reads `name`, directly or through the bindings of the
@@ -1007,3 +1017,13 @@ def _literal_key(node: cst.Subscript) -> str | None:
 _CLEAN_TYPES = frozenset({cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
                           cst.FormattedString, cst.ConcatenatedString, cst.Comparison,
                           cst.Lambda})
+
+
+_OPTIMIZER = re.compile(r"optim|(^|[._])opt(_\w+)?$|scheduler|scaler", re.IGNORECASE)
+
+
+def steps_an_optimizer(method: cst.Attribute) -> bool:
+    """`optimizer.step`, `self.opt_g.step`, `scaler.step`: the end of a
+    training step, by the name real code gives what it steps."""
+    return method.attr.value == "step" and \
+        _OPTIMIZER.search(dotted_name(method.value) or "") is not None

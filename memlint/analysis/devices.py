@@ -457,6 +457,18 @@ def gives_no_host_tensors(dataset: cst.BaseExpression, ctx: Context) -> bool:
                                                 for arg in dataset.args)
 
 
+#: Libraries whose data sets give host tensors.
+_HOST_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.",
+                  "datasets.load_dataset")
+
+
+def gives_host_tensors(dataset: cst.BaseExpression | None, ctx: Context) -> bool:
+    """A data set known to give host tensors: a `TensorDataset`, a torchvision,
+    torchaudio or torchtext data set, a Hugging Face `load_dataset`."""
+    source = (ctx.qualify(dataset.func) or "") if isinstance(dataset, cst.Call) else ""
+    return source in TENSOR_DATASETS or source.startswith(_HOST_DATASETS)
+
+
 def names_cuda_literally(call: cst.Call) -> bool:
     """`x.cuda()`, `x.cuda(1)`, `x.to("cuda:0")`: the program runs on a GPU or
     not at all, where `x.to(device)` lets it run on a host without one."""
@@ -465,3 +477,54 @@ def names_cuda_literally(call: cst.Call) -> bool:
     target = call_arg(call, "device", position=0)
     return target is not None and (string_value(target.value) is not None
                                    or type(target.value) is cst.Integer)
+
+
+def cpu_default_parameter(node: cst.BaseExpression, ctx: Context) -> cst.FunctionDef | None:
+    """The function whose parameter `node` names, when that parameter defaults
+    to a CPU device (`def train(model, device="cpu")`) and is not rebound
+    here: the device is the CPU unless a caller passes another
+    (`callers_pass_cuda`, once the file is read)."""
+    if not isinstance(node, cst.Name) or ctx.binding(node.value) is not None:
+        return None
+    function = ctx.function
+    param = _parameter(function, node.value) if function is not None else None
+    if param is None or param.default is None or is_cuda_device(param.default, ctx) is not False:
+        return None
+    return function
+
+
+def _parameter(function: cst.FunctionDef, name: str) -> cst.Param | None:
+    params = function.params
+    return next((p for p in (*params.posonly_params, *params.params, *params.kwonly_params)
+                 if p.name.value == name), None)
+
+
+def callers_pass_cuda(function: cst.FunctionDef, name: str, ctx: Context, depth: int = 0) -> bool:
+    """Whether a call of `function` may give its CPU-defaulted parameter `name`
+    a CUDA device: a caller in this file that passes one (or a value it
+    cannot tell, or its own CPU-defaulted parameter that its callers may set
+    so), a method (called through objects this file may not show), or a
+    function handed on as a value. Callers in other files are the project's
+    question."""
+    index = ModuleIndex.of(ctx)
+    info = index.info(function)
+    if info is None or info.class_name is not None or depth > 4 or any(
+            dotted_name(value) == info.name for value, _ in index.escaped):
+        return True
+    positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+    position = positional.index(name) if name in positional else None
+    for site in index.call_sites(info):
+        arg = call_arg(site.node, name, position)
+        if arg is None:
+            continue  # the default: the CPU
+        caller = site.caller.node if site.caller is not None else None
+        if isinstance(caller, cst.FunctionDef) and isinstance(arg.value, cst.Name):
+            passed = _parameter(caller, arg.value.value)  # `f(x, device)` in `g(x, device="cpu")`
+            if passed is not None and passed.default is not None \
+                    and is_cuda_device(passed.default, ctx) is False:
+                if callers_pass_cuda(caller, passed.name.value, ctx, depth + 1):
+                    return True
+                continue
+        if is_cuda_device(arg.value, ctx) is not False:
+            return True
+    return False

@@ -15,7 +15,8 @@ from typing import Literal
 import libcst as cst
 
 from memlint.analysis.context import Context
-from memlint.analysis.names import dotted_name
+from memlint.analysis.names import defines_method, dotted_name
+from memlint.analysis.torch_api import MODULE_BASE
 
 Kind = Literal["module", "loss", "other"]
 
@@ -127,3 +128,21 @@ def called_kind(name: str) -> Kind | None:
     if MODEL_NAME.match(last) and not _VERB_FIRST.match(last):
         return "module"
     return None
+
+
+_MODULE_BASES = {MODULE_BASE, "nn.Module", "Module"}
+
+
+def is_forward_code(node: cst.FunctionDef, ctx: Context) -> bool:
+    """A module's forward (`forward`, `__call__`) or any method of a module
+    class, which builds its graph on purpose; asked as the walk enters `node`."""
+    name = node.name.value
+    if name.startswith(("forward", "_forward")) or name == "__call__":
+        return True
+    scopes = ctx.scopes  # the walker has entered the function already
+    class_def = scopes[-2].node if len(scopes) > 1 else None
+    if not isinstance(class_def, cst.ClassDef):
+        return False
+    return any(ctx.qualify(base.value) in _MODULE_BASES
+               or dotted_name(base.value) in _MODULE_BASES for base in class_def.bases) \
+        or defines_method(class_def, "forward")  # a module whatever its base (RecBole's KGCN)

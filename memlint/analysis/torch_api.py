@@ -35,6 +35,11 @@ HOST_FACTORIES: frozenset[str] = frozenset(f"torch.{name}" for name in (
 HOST_COPIES: tuple[str, ...] = ("torch.tensor", "torch.from_numpy", "torch.as_tensor")
 #: ranges of indices, not data (`for i in torch.arange(n)`)
 INDEX_RANGES: frozenset[str] = frozenset({"range", "numpy.arange", "torch.arange"})
+#: Factories of integer tensors, and the integer dtypes.
+INTEGER_FACTORIES: frozenset[str] = frozenset({"torch.arange", "torch.randint", "torch.randperm",
+                                               "torch.LongTensor", "torch.IntTensor"})
+INTEGER_DTYPES: frozenset[str] = frozenset(f"torch.{name}" for name in (
+    "long", "int64", "int", "int32", "int16", "int8", "uint8", "short"))
 #: functions that join tensors into one (a growing result when fed their own output)
 CONCATENATIONS: frozenset[str] = frozenset({
     "torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.hstack",

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.datasets import is_dataset_class
-from memlint.analysis.devices import creates_on_cuda, moves_to_cuda, string_value
+from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
+from memlint.analysis.loaders import Workers, LoaderArguments, assigned_values
 from memlint.analysis.module_index import PARTIALS, ClassInfo, FunctionInfo, ModuleIndex
-from memlint.analysis.names import call_arg, dotted_name, has_star_args
+from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessLoadersRunInMainProcess
 from memlint.analysis.torch_api import CUDA_INITIALISERS, DATA_LOADERS
@@ -32,21 +33,6 @@ class _CudaSite:
     fix: str
 
 
-#: a `num_workers` value: an int; None, unknown; str: an argparse dest;
-#: (function, parameter, position): what callers pass
-WorkerCount = int | str | tuple[cst.FunctionDef, str, int | None] | None
-
-
-@dataclass
-class _Workers:
-    """A loader's `num_workers` as the file shows it: the values it may take
-    (an int, an argparse option's name to look up once the file is read, a
-    parameter's default), or unknown (a config entry, an argument nobody here sets)."""
-
-    written: str  # `num_workers=...` as written, for the message
-    values: list[WorkerCount] = field(default_factory=list)
-
-
 @dataclass
 class _Loader:
     """A DataLoader call: what it was given, and how many workers it starts."""
@@ -55,7 +41,7 @@ class _Loader:
     #: (argument, as written, the values it may hold)
     worker_code: list[tuple[str, cst.BaseExpression, list[cst.BaseExpression]]]
     class_name: str | None
-    workers: _Workers
+    workers: Workers
 
 
 class CudaInDataWorker(Rule):
@@ -184,8 +170,7 @@ class CudaInDataWorker(Rule):
         self.index = ModuleIndex.of(ctx)
         self.sites: list[_CudaSite] = []
         self.loaders: list[_Loader] = []
-        #: argparse options of this file: dest -> default (`--workers`, default=4)
-        self.option_defaults: dict[str, cst.BaseExpression | None] = {}
+        self.counts = LoaderArguments.of(ctx)  # how many workers each loader starts
         #: collate functions no loader of this file uses: the project's loaders decide
         self._loaded_elsewhere: set[FunctionInfo] = set()
 
@@ -193,9 +178,6 @@ class CudaInDataWorker(Rule):
         qualified = self.ctx.qualify(node.func)
         if qualified in DATA_LOADERS:
             self.loaders.append(self._loader(node))
-            return
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
-            self._note_option(node)
             return
         unit = self.index.current
         if unit is None:
@@ -217,8 +199,8 @@ class CudaInDataWorker(Rule):
         if len(node.targets) != 1 or not isinstance(target, cst.Attribute) \
                 or target.attr.value not in dict(_WORKER_ARGUMENTS):
             return
-        workers = _Workers("?", [None])  # the loader was made elsewhere
-        code = [(target.attr.value, node.value, self._values(node.value))]
+        workers = Workers("?", [None])  # the loader was made elsewhere
+        code = [(target.attr.value, node.value, assigned_values(node.value, self.ctx))]
         self.loaders.append(_Loader(None, code, self.index.current_class, workers))
 
     def _loader(self, node: cst.Call) -> _Loader:
@@ -227,160 +209,9 @@ class CudaInDataWorker(Rule):
         for keyword, position in _WORKER_ARGUMENTS:
             arg = call_arg(node, keyword, position)
             if arg is not None:
-                worker_code.append((keyword, arg.value, self._values(arg.value)))
+                worker_code.append((keyword, arg.value, assigned_values(arg.value, self.ctx)))
         return _Loader(self.ctx.resolve(dataset.value) if dataset else None, worker_code,
-                       self.index.current_class, self._workers(node))
-
-    def _values(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
-        """What a name may hold here: every value assigned to it in its scope
-        (`collate = partial(a, ...)` in one branch, `partial(b, ...)` in the other)."""
-        name = dotted_name(expr)
-        site = self.ctx.binding_site(name) if name else None
-        found = []
-        while site is not None:
-            found.append(site.value)
-            site = site.previous
-        values = []
-        for value in found or [expr]:
-            value = self.ctx.resolve(value)
-            while isinstance(value, cst.IfExp):  # `a if x else b`, or `if x: f = a else: f = b`
-                values.append(self.ctx.resolve(value.body))
-                value = self.ctx.resolve(value.orelse)
-            values.append(value)
-        return values
-
-    # -- how many workers a loader starts
-    def _workers(self, node: cst.Call) -> _Workers:
-        arg = call_arg(node, "num_workers", position=5)
-        if arg is not None:
-            written = _code(arg.value)
-            return _Workers(written, self._worker_values(arg.value))
-        spread = [a.value for a in node.args if a.star == "**"]
-        if spread:  # DataLoader(ds, **kwargs)
-            return _Workers(f"**{_code(spread[0])}", self._values_in_kwargs(spread[0]))
-        if has_star_args(node):
-            return _Workers("*args", [None])
-        return _Workers("the default 0", [0])
-
-    def _worker_values(self, expr: cst.BaseExpression, depth: int = 0) -> list[WorkerCount]:
-        """The values `num_workers=expr` may take, as far as this file shows them."""
-        if depth > 6:
-            return [None]
-        if isinstance(expr, cst.Integer):
-            return [int(expr.evaluated_value)]
-        if isinstance(expr, cst.IfExp):
-            return (self._worker_values(expr.body, depth + 1)
-                    + self._worker_values(expr.orelse, depth + 1))
-        if isinstance(expr, cst.Call):
-            function_name = dotted_name(expr.func) or ""
-            if function_name.rsplit(".", 1)[-1] == "cpu_count":
-                return [1]  # os.cpu_count(), multiprocessing.cpu_count()
-            values = [v for arg in expr.args for v in self._worker_values(arg.value, depth + 1)]
-            if function_name == "int" and values:
-                return values
-            counts = [v for v in values if isinstance(v, int)]
-            if function_name in ("min", "max") and values and len(counts) == len(values):
-                return [min(counts) if function_name == "min" else max(counts)]
-            return [None]
-        name = dotted_name(expr)
-        if name is None:
-            return [None]
-        site = self.ctx.binding_site(name)
-        if site is not None:
-            values = []
-            while site is not None:  # every assignment in its scope: `if ...: n = 4 else: n = 0`
-                values += ([None] if site.unpacked_from is not None
-                           else self._worker_values(site.value, depth + 1))
-                site = site.previous
-            return values
-        parameter = self._parameter(name)
-        if parameter is not None:
-            function, param, position = parameter
-            default: list[WorkerCount] = [None] if param.default is None \
-                else self._worker_values(param.default, depth + 1)
-            return default + [(function, name, position)]  # and what callers here pass
-        if "." in name and not name.startswith(("self.", "cls.")):
-            return [name.rsplit(".", 1)[-1]]  # `args.workers`: an argparse option, looked up later
-        return [None]
-
-    def _values_in_kwargs(self, expr: cst.BaseExpression) -> list[WorkerCount]:
-        """`num_workers` inside `**kwargs`, when `kwargs` is a dict this file builds
-        (`{'num_workers': 1, 'pin_memory': True} if args.cuda else {}`)."""
-        values: list[WorkerCount] = []
-        for value in self._values(expr):
-            branches = [value.body, value.orelse] if isinstance(value, cst.IfExp) else [value]
-            for branch in branches:
-                if isinstance(branch, cst.Dict):
-                    entry = next((e for e in branch.elements if isinstance(e, cst.DictElement)
-                                  and string_value(e.key) == "num_workers"), None)
-                    values += self._worker_values(entry.value) if entry else [0]
-                else:
-                    values.append(None)
-        return values
-
-    def _parameter(self, name: str) -> tuple[cst.FunctionDef, cst.Param, int | None] | None:
-        """The enclosing function that has `name` as a parameter, the parameter,
-        and its position for callers (None: keyword only, or a method)."""
-        for scope in reversed(self.ctx.scopes):
-            if isinstance(scope.node, cst.FunctionDef):
-                params = scope.node.params
-                positional = (*params.posonly_params, *params.params)
-                for position, param in enumerate(positional):
-                    if param.name.value == name:
-                        method = self.index.info(scope.node)
-                        return scope.node, param, None if method and method.class_name else position
-                for param in params.kwonly_params:
-                    if param.name.value == name:
-                        return scope.node, param, None
-        return None
-
-    def _note_option(self, node: cst.Call) -> None:
-        """`parser.add_argument('-j', '--workers', default=4, type=int)`."""
-        flags = [text for arg in node.args if arg.keyword is None
-                 for text in [string_value(arg.value)] if text]
-        dest = call_arg(node, "dest")
-        if dest is not None:
-            names = [string_value(dest.value) or ""]
-        else:
-            long = [f for f in flags if f.startswith("--")] or flags
-            names = [long[0].lstrip("-").replace("-", "_")] if long else []
-        default = call_arg(node, "default")
-        for name in names:
-            self.option_defaults[name] = default.value if default else None
-
-    def _resolved(self, workers: _Workers) -> list[int | None]:
-        """The worker counts, with argparse options replaced by their defaults
-        and parameters by what this file's callers pass."""
-        values: list[int | None] = []
-        for value in workers.values:
-            if isinstance(value, str):
-                values.append(self._option_default(value))
-            elif isinstance(value, tuple):
-                values.extend(self._passed_by_callers(*value))
-            else:
-                values.append(value)
-        return values
-
-    def _option_default(self, dest: str) -> int | None:
-        default = self.option_defaults.get(dest)
-        return int(default.evaluated_value) if isinstance(default, cst.Integer) else None
-
-    def _passed_by_callers(self, function: cst.FunctionDef, name: str,
-                           position: int | None) -> list[int | None]:
-        """`make_loader(ds, num_workers=8)`: literals, argparse options, else unknown."""
-        info = self.index.info(function)
-        values: list[int | None] = []
-        for site in self.index.call_sites(info) if info else ():
-            arg = call_arg(site.node, name, position)
-            if arg is None:
-                continue
-            if isinstance(arg.value, cst.Integer):
-                values.append(int(arg.value.evaluated_value))
-            elif isinstance(arg.value, cst.Attribute):
-                values.append(self._option_default(arg.value.attr.value))
-            else:
-                values.append(None)
-        return values
+                       self.index.current_class, self.counts.workers(node))
 
     # -- after the walk: entry points, what they reach, and the CUDA work there
     def finish(self) -> None:
@@ -430,7 +261,7 @@ class CudaInDataWorker(Rule):
         says of `num_workers` ("" for a literal count above 0)."""
         unknown = None
         for loader in loaders:
-            values = self._resolved(loader.workers)
+            values = self.counts.resolved(loader.workers)
             if any(v is not None and v > 0 for v in values):
                 written = loader.workers.written
                 if written.isdigit():
@@ -540,11 +371,6 @@ def _constructs_a_class(expr: cst.BaseExpression | None) -> bool:
         return False
     name = dotted_name(expr.func) or ""
     return name.rsplit(".", 1)[-1][:1].isupper()
-
-
-def _code(node: cst.CSTNode, limit: int = 40) -> str:
-    text = " ".join(cst.Module(body=[]).code_for_node(node).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _message(site: _CudaSite, entry: FunctionInfo, label: str, note: str = "") -> str:

@@ -2,65 +2,25 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-
 import libcst as cst
 
 from memlint.analysis.autograd_values import (BACKWARD_METHODS, HISTORY_SCALAR, AutogradValues,
-                                              BackwardFlows, Value, backpropagated, forget_rebound)
+                                              BackwardFlows, backpropagated, forget_rebound,
+                                              steps_an_optimizer)
 from memlint.analysis.context import Context, Loop
+from memlint.analysis.models import is_forward_code
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.names import defines_method, dotted_name
+from memlint.analysis.names import dotted_name
 from memlint.analysis.stores import (Store, StoresAt, code, container_name, is_data_loop,
                                      outlived_loops, reads_across_batches)
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import (Condition, Either, UnlessForwardsGiveNoHistoryAt,
                                       UnlessImportedFunctionsKeepNoHistory,
                                       UnlessProgramMethodsKeepNoHistory, UnlessProjectOnCpu)
-from memlint.analysis.torch_api import AUTOGRAD_ENTRY, MODULE_BASE
+from memlint.analysis.torch_api import AUTOGRAD_ENTRY
 from memlint.rules.base import Rule, RuleOptions
 from memlint.rules.mem003_tensor_history_kept.fix import detach_fix, message
-
-_MODULE_BASES = {MODULE_BASE, "nn.Module", "Module"}
-
-
-@dataclass
-class _Store:
-    """A flagged store, held until the module ends: a later `backward()` that
-    the kept graph reaches (REINFORCE, one backward over an accumulated loss,
-    here or in a helper) means the graph was kept on purpose, and what a
-    function defined further down returns is known only then."""
-
-    node: cst.CSTNode
-    statement: cst.CSTNode | None
-    stored: cst.BaseExpression
-    value: Value
-    target: cst.BaseExpression
-    verb: str
-    container: str
-    #: the enclosing loops whose iterations the container survives, as far as
-    #: the bindings before the store tell
-    outlived: list[Loop]
-    #: the container is a local variable of the function the store is in
-    local: bool
-    #: the container is made afresh inside a loop over batches or epochs
-    bound_per_step: bool = False
-    #: the stored name was unpacked from a model's output (`loss, acc = model(x)`):
-    #: (its position, the tuple's length)
-    forward_element: tuple[int, int] | None = None
-    one_step: bool = False  # it outlives only loops that back-propagate, before a step
-
-
-@dataclass
-class _Frame:
-    node: cst.CSTNode
-    model_code: bool
-    stores: list[_Store] = field(default_factory=list)
-    calls_backward: bool = False
-    #: the names this function back-propagated so far (`loss` of `loss.backward()`)
-    backpropagated: set[str] = field(default_factory=set)
-    backward_loops: set[int] = field(default_factory=set)  # back-propagating, not yet stepped
+from memlint.rules.mem003_tensor_history_kept.kept import Frame, KeptStore, kept_for_its_data
 
 
 class TensorHistoryKept(Rule):
@@ -257,8 +217,8 @@ class TensorHistoryKept(Rule):
         self.values = AutogradValues(ctx)
         self.stores = ctx.shared(StoresAt)
         self.index = ModuleIndex.of(ctx)
-        self.frames: list[_Frame] = []
-        self.pending: list[tuple[_Frame, _Store]] = []
+        self.frames: list[Frame] = []
+        self.pending: list[tuple[Frame, KeptStore]] = []
         self.module: cst.Module | None = None
         #: loops whose body runs a backward or an optimizer step: training steps
         self.training_loops: set[int] = set()
@@ -267,10 +227,10 @@ class TensorHistoryKept(Rule):
     # -- frames: one per function, and the module ---------------------------
     def visit_Module(self, node: cst.Module) -> None:
         self.module = node
-        self.frames.append(_Frame(node, model_code=False))
+        self.frames.append(Frame(node, model_code=False))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.frames.append(_Frame(node, model_code=self._is_modelcode(node)))
+        self.frames.append(Frame(node, model_code=is_forward_code(node, self.ctx)))
         if isinstance(self.ctx.parent, cst.Module):
             self.top_level.add(node.name.value)
 
@@ -281,7 +241,7 @@ class TensorHistoryKept(Rule):
         self.values.note_function_end(node.name.value)
         self._settle(self.frames.pop())
 
-    def _settle(self, frame: _Frame) -> None:
+    def _settle(self, frame: Frame) -> None:
         if frame.model_code and not frame.calls_backward:
             return  # a forward pass builds its graph on purpose
         self.pending.extend((frame, store) for store in frame.stores)
@@ -319,14 +279,14 @@ class TensorHistoryKept(Rule):
                 continue
             if flows.consumed(frame.node, store.container, store.statement):
                 continue  # kept for a backward that follows
-            if _kept_for_its_data(store, value, flows, frame.node):
+            if kept_for_its_data(store, value, flows, frame.node):
                 continue
             fix = detach_fix(store.stored, store.container, store.verb, store.local, frame.node)
             self.report(store.node, message(store.stored, value, code(store.target),
                                             store.verb, fixed=fix is not None),
                         store.statement, self._unless(store), fix=fix)
 
-    def _unless(self, store: _Store) -> Condition:
+    def _unless(self, store: KeptStore) -> Condition:
         """A CPU-only project keeps no GPU memory; a value whose history only
         an imported function's name suggests waits on what that function returns;
         an element of a model's output, on what the program's models put there."""
@@ -364,18 +324,6 @@ class TensorHistoryKept(Rule):
         backward or an optimizer step), not over the time steps, feature
         levels or items of one batch."""
         return id(loop) in self.training_loops or reads_across_batches(loop)
-
-    def _is_modelcode(self, node: cst.FunctionDef) -> bool:
-        name = node.name.value
-        if name.startswith(("forward", "_forward")) or name == "__call__":
-            return True
-        scopes = self.ctx.scopes  # the walker has entered the function already
-        class_def = scopes[-2].node if len(scopes) > 1 else None
-        if not isinstance(class_def, cst.ClassDef):
-            return False
-        return any(self.ctx.qualify(base.value) in _MODULE_BASES
-                   or dotted_name(base.value) in _MODULE_BASES for base in class_def.bases) \
-            or defines_method(class_def, "forward")  # a module whatever its base (RecBole's KGCN)
 
     # -- what functions return -------------------------------------------------
     def visit_Return(self, node: cst.Return) -> None:
@@ -423,18 +371,9 @@ class TensorHistoryKept(Rule):
             owner in self.ctx.scope.bindings
         site = self.ctx.binding_site(owner)
         per_step = site is not None and any(map(is_data_loop, site.loops))
-        self.frames[-1].stores.append(_Store(node, self.statement(), stored, value, container,
+        self.frames[-1].stores.append(KeptStore(node, self.statement(), stored, value, container,
                                              verb, owner, outlived, local, per_step,
-                                             self._forward_element(stored)))
-
-    def _forward_element(self, stored: cst.BaseExpression) -> tuple[int, int] | None:
-        """`acc` of `loss, acc = model(x)`: its position and the tuple's length."""
-        site = self.ctx.binding_site(stored.value) if type(stored) is cst.Name else None
-        if site is None or site.unpacked_length is None or type(site.unpacked_from) is not cst.Call:
-            return None
-        if self.values.callee_kind(site.unpacked_from.func) != "module":
-            return None
-        return site.unpacked_index or 0, site.unpacked_length
+                                             self.values.forward_element(stored)))
 
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:
@@ -446,39 +385,8 @@ class TensorHistoryKept(Rule):
             frame.backpropagated |= backpropagated(node, qualified)
             frame.backward_loops.update(map(id, self.ctx.loops))
             self.training_loops.update(map(id, self.ctx.loops))
-        elif method is not None and method.attr.value == "step" and \
-                _OPTIMIZER.search(dotted_name(method.value) or ""):
+        elif method is not None and steps_an_optimizer(method):
             self.training_loops.update(map(id, self.ctx.loops))
             done = frame.backward_loops = frame.backward_loops - set(map(id, self.ctx.loops))
             for store in frame.stores:  # the micro-batches of one step
                 store.one_step |= all(id(loop) in done for loop in store.outlived)
-
-
-_OPTIMIZER = re.compile(r"optim|(^|[._])opt(_\w+)?$|scheduler|scaler", re.IGNORECASE)
-
-
-def _kept_for_its_data(store: _Store, value: Value, flows: BackwardFlows,
-                       scope: cst.CSTNode) -> bool:
-    """A tensor (not a scalar loss) added to a list, whose graph a backward in
-    the same iteration then consumes (`history.append(fake)` before
-    `classifier(fake).mean().backward()`, a GAN's or an attack's images kept
-    to show): the backward frees the tensors its graph saved, so what the list
-    keeps is the images themselves, wanted, and `.detach()` would save nothing
-    of note. Running sums and concatenations are not this: each step's graph
-    nodes chain onto the last."""
-    if value.scalar or store.verb not in _LIST_GROWTH:
-        return False
-    stored = store.stored
-    if store.verb == "add":  # `history += [fake]`
-        if not isinstance(stored, (cst.List, cst.Tuple)):
-            return False
-        parts = [element.value for element in stored.elements]
-    else:
-        parts = [stored]
-    names = [dotted_name(part) for part in parts]
-    return bool(names) and all(name is not None and
-                               flows.backwarded_after(scope, name, store.statement)
-                               for name in names)
-
-
-_LIST_GROWTH = {"append", "extend with", "insert", "add"}

@@ -2,36 +2,30 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import NamedTuple
 
 import libcst as cst
 
-from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
-from memlint.analysis.devices import (CudaReturns, creates_on_cuda, gives_no_host_tensors,
-                                      is_cuda_device, moves_to_cuda, names_cuda_literally, run_with)
-from memlint.analysis.flows import (GPU, HARMLESS_BUILTINS, STAY, UNKNOWN, ValueFlows,
-                                    collate_moves_to_device, imported_callee, iterated_name,
-                                    local_owner, reads_one_batch, returns_its_argument, root_name)
-from memlint.analysis.names import call_arg, dotted_name, has_star_kwargs, literal_bool
+from memlint.analysis.devices import (CudaReturns, callers_pass_cuda, cpu_default_parameter,
+                                      creates_on_cuda, gives_host_tensors,
+                                      gives_no_host_tensors, is_cuda_device, moves_to_cuda,
+                                      names_cuda_literally, run_with)
+from memlint.analysis.flows import (GPU, STAY, UNKNOWN, ValueFlows, collate_moves_to_device,
+                                    root_name)
+from memlint.analysis.loaders import (PIN_MEMORY_POSITION, LoaderArguments, collate_is_identity,
+                                      integer_batches)
+from memlint.analysis.module_index import ModuleIndex
+from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoCalleeCopiesToCuda, UnlessNoImporterCopiesToCuda,
                                       UnlessProjectOnCpu)
-from memlint.analysis.torch_api import DATA_LOADERS, SET_DEFAULT_DEVICE, TENSOR_DATASETS
+from memlint.analysis.torch_api import DATA_LOADERS, SET_DEFAULT_DEVICE
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
+from memlint.rules.mem005_dataloader_without_pin_memory.facts import UnlessOnlyCalledHere
+from memlint.rules.mem005_dataloader_without_pin_memory.uses import NameUses
 from memlint.rules.rewrites import with_keyword
-
-#: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
-#: collate_fn, pin_memory, ...)
-_PIN_MEMORY_POSITION = 7
-_COLLATE_POSITION = 6
-#: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
-_LOOKS = {"print", "len", "str", "repr", "type", "display"}
-#: Libraries whose data sets give host tensors.
-_HOST_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.",
-                  "datasets.load_dataset")
 
 
 class _Loader(NamedTuple):
@@ -181,91 +175,22 @@ class DataLoaderWithoutPinMemory(Rule):
         self.gpu_dataset_classes: set[str] = set()
         self.flows = ValueFlows.of(ctx)  # where the batches of each loop go
         ctx.shared(CudaReturns)  # what the module's functions return on the GPU
-        #: `next(iter(loader))` at the top level, by name (and owner: None)
-        self.single_batch_reads: Counter[tuple[str | None, cst.FunctionDef | None]] = Counter()
-        #: names handed to a call (`fit(model, loader)`), each with the
-        #: function it is a local variable of (None: a global, an attribute)
-        self.passed_names: set[tuple[str, cst.FunctionDef | None]] = set()
-        self.returned_names: set[str] = set()  # names a function returns (`return loader`)
-        #: names handed to a function or class of another module, each with
-        #: those callees as imported (module, name)
-        self.kept_in: dict[str, str | None] = {}  # `loaders.append(loader)`: loader -> loaders
-        self.imported_callees: dict[tuple[str, cst.FunctionDef | None],
-                                    set[tuple[str, str]]] = {}
-        #: how often each identifier is read or written in the module, to tell a
-        #: loader that is never used again
-        self.identifiers: Counter[str] = Counter()
-        #: the same for plain names, by the function each is local to (None: a
-        #: global): a parameter that shares a global loader's name is another name
-        self.uses: Counter[tuple[str, cst.FunctionDef | None]] = Counter()
-        #: functions of this module that return their one argument as it is
-        #: (`def fn(features): return features`): a collate that builds no batch
-        self.identity_functions: set[str] = set()
-        #: the first call that copies to (or makes on) a CUDA device: the
-        #: evidence, for related locations
-        self.first_copy: cst.Call | None = None
+        self.arguments = LoaderArguments.of(ctx)  # what each loader is given
+        self.names = NameUses.of(ctx)  # how each name is used: iterated, handed on, returned
+        #: the calls that copy to (or make on) a CUDA device, each with the
+        #: function whose parameter defaulting to the CPU names that device, if so
+        self.copies: list[tuple[cst.Call, cst.FunctionDef | None, str]] = []
         self.copies_non_blocking = False
         #: a copy goes to a device the program picks when it runs (`.to(device)`,
         #: `args.device`), so it may run on a host without CUDA
         self.device_chosen_at_run_time = False
 
-    def visit_Name(self, node: cst.Name) -> None:
-        if self._only_looked_at(node):
-            return
-        self.identifiers[node.value] += 1
-        owner = None
-        if self.ctx.function is not None:
-            binds_here = isinstance(self.ctx.parent, cst.AssignTarget)  # local from here on
-            owner = self.ctx.function if binds_here else local_owner(self.ctx, node.value)
-        self.uses[(node.value, owner)] += 1
-
-    def _only_looked_at(self, node: cst.Name) -> bool:
-        """`len(loader)`, `print(loader)`, a notebook cell ending in `loader`:
-        shown, not iterated; and a parameter's name in a `def` or a keyword
-        argument, which is not the variable of that name outside."""
-        ancestors = self.ctx.ancestors
-        parent = ancestors[-2] if len(ancestors) > 1 else None
-        if isinstance(parent, (cst.Arg, cst.Param)) and (parent.keyword if isinstance(
-                parent, cst.Arg) else parent.name) is node:
-            return True  # `train(loader=other)`, `def train(loader)`: a parameter's name
-        if isinstance(parent, cst.Element) and len(ancestors) > 3 \
-                and isinstance(ancestors[-3], cst.Tuple) and isinstance(ancestors[-4], cst.Expr):
-            return True  # a cell ending in `train_loader, test_loader`
-        if isinstance(parent, cst.Expr):
-            return True
-        if isinstance(parent, cst.Arg) and len(ancestors) > 2:
-            call = ancestors[-3]
-            return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) \
-                and call.func.value in _LOOKS and self.ctx.binding(call.func.value) is None
-        return False
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if returns_its_argument(node.params, node.body.body):
-            self.identity_functions.add(node.name.value)
-
-    def visit_Return(self, node: cst.Return) -> None:
-        if node.value is not None:
-            self.returned_names.update(names_in(node.value))
-
     def visit_Call(self, node: cst.Call) -> None:
-        if not (isinstance(node.func, cst.Name) and node.func.value in HARMLESS_BUILTINS):
-            handed = {(name, local_owner(self.ctx, name)) for name in
-                      filter(None, (dotted_name(a.value) for a in node.args))}
-            self.passed_names.update(handed)
-            callee = imported_callee(node, self.ctx)  # the project says what it does
-            for passed in handed:
-                if callee is not None:
-                    self.imported_callees.setdefault(passed, set()).add(callee)
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "append":
-                self.kept_in.update((name, dotted_name(node.func.value)) for name, _ in handed)
-        if reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
-            read = iterated_name(node.args[0].value)
-            owner = local_owner(self.ctx, read) if read is not None else None
-            self.single_batch_reads[(read, owner)] += 1
-        copies = False
+        copies = moves = False
         if self.ctx.qualify(node.func) in DATA_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
+            moves = True
             self._note_dataset_on_gpu()
             copies = True
             self.device_chosen_at_run_time |= not names_cuda_literally(node)
@@ -277,8 +202,10 @@ class DataLoaderWithoutPinMemory(Rule):
             copies = True
         elif self.ctx.qualify(node.func) in SET_DEFAULT_DEVICE and node.args:
             copies = is_cuda_device(node.args[0].value, self.ctx) is True
-        if copies and self.first_copy is None:
-            self.first_copy = node
+        if copies:
+            device = call_arg(node, "device", position=0 if moves else None)
+            function = cpu_default_parameter(device.value, self.ctx) if device else None
+            self.copies.append((node, function, dotted_name(device.value) or "" if device else ""))
 
     def _note_dataset_on_gpu(self) -> None:
         function, class_def = self.ctx.function, self.ctx.class_def
@@ -290,21 +217,17 @@ class DataLoaderWithoutPinMemory(Rule):
             return  # a unit test's loader: its speed is nobody's concern
         if collate_moves_to_device(node, self.ctx):
             return  # batches arrive on the device: pinning a CUDA tensor raises
-        if self._collate_is_identity(node):
+        if collate_is_identity(node, self.ctx):
             return  # batches are lists of the data set's items: the loop builds the tensors
         dataset = call_arg(node, "dataset", position=0)
         dataset_value = self.ctx.resolve(dataset.value) if dataset is not None else None
         if dataset_value is not None and gives_no_host_tensors(dataset_value, self.ctx):
             return
-        pin = call_arg(node, "pin_memory", position=_PIN_MEMORY_POSITION)
-        if pin is None:
-            if has_star_kwargs(node):
-                return  # pin_memory may come with the **kwargs
-            written = "DataLoader(...) without pin_memory"
-        elif literal_bool(pin.value) is False:
-            written = "DataLoader(..., pin_memory=False)"
-        else:
-            return  # True, or decided at run time (a variable, `device.type == "cuda"`)
+        if integer_batches(dataset_value, self.ctx):
+            return  # token ids or indices: a few bytes a sample, pinning buys nothing of note
+        pinned, written = self.arguments.pin_memory(node)
+        if pinned not in ("missing", "false"):
+            return  # True, decided at run time (`device.type == "cuda"`), or in **kwargs
         dataset_class = dotted_name(dataset_value.func) \
             if isinstance(dataset_value, cst.Call) else None
         parent = self.ctx.parent
@@ -315,24 +238,9 @@ class DataLoaderWithoutPinMemory(Rule):
             any(isinstance(a, cst.Return) for a in self.ctx.ancestors)
             or (target is not None and root_name(target) == "self"))
         owner = self.ctx.function if assigned is not None and "." not in assigned else None
-        source = (self.ctx.qualify(dataset_value.func) or "") \
-            if isinstance(dataset_value, cst.Call) else ""
-        host_dataset = source in TENSOR_DATASETS or source.startswith(_HOST_DATASETS)
+        host_dataset = gives_host_tensors(dataset_value, self.ctx)
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
                                      dataset_class, escapes, assigned, owner, host_dataset))
-
-    def _collate_is_identity(self, node: cst.Call) -> bool:
-        """`collate_fn=lambda x: x`, `collate_fn=fn` where `fn` returns its
-        argument: each batch is the list of the data set's items as they are
-        (feature objects, strings), and the loop makes the tensors it copies."""
-        collate = call_arg(node, "collate_fn", position=_COLLATE_POSITION)
-        if collate is None:
-            return False
-        value = collate.value
-        if isinstance(value, cst.Lambda):
-            return returns_its_argument(value.params, [value.body])
-        return isinstance(value, cst.Name) and value.value in self.identity_functions \
-            and self.ctx.binding(value.value) is None
 
     def _private_target(self) -> str | None:
         """The name a loader is assigned to where no other file can read it:
@@ -365,38 +273,48 @@ class DataLoaderWithoutPinMemory(Rule):
                 verdict, out = self.flows.verdict(loop)
                 verdicts.add(verdict)
                 handed_out += out
-        if (loader, owner) in self.passed_names:
+        if (loader, owner) in self.names.passed_names:
             verdicts.add(UNKNOWN)  # handed to code that may iterate it elsewhere
         if verdicts:
             return (GPU if GPU in verdicts else UNKNOWN if UNKNOWN in verdicts else STAY,
                     handed_out)
-        reads = self.single_batch_reads.get((loader, owner), 0)
+        reads = self.names.single_batch_reads.get((loader, owner), 0)
         # read once at the top level, and named nowhere else but where it is built
-        return (STAY if reads and self._uses_of(loader, loader, owner) <= reads + 1
+        return (STAY if reads and self.names.uses_of(loader, loader, owner) <= reads + 1
                 else UNKNOWN), []
 
-    def _uses_of(self, name: str, assigned: str | None, owner: cst.FunctionDef | None) -> int:
-        """How often the loader bound to `assigned` is named: a plain name in
-        its own function (or at the top level), else `name` anywhere."""
-        if assigned is not None and "." not in assigned:
-            return self.uses[(assigned, owner)]
-        return self.identifiers[name.rsplit(".", 1)[-1]]
+    def _first_copy(self) -> tuple[cst.Call | None, tuple[str, ...]]:
+        """The first copy to a CUDA device, and the functions of this module
+        that other files may call with a GPU device when every copy is to a
+        parameter defaulting to the CPU that no caller here sets otherwise
+        (none of them: no copy to a GPU happens)."""
+        index = ModuleIndex.of(self.ctx)
+        maybe: list[tuple[cst.Call, str]] = []
+        for node, function, device in self.copies:
+            if function is None or callers_pass_cuda(function, device, self.ctx):
+                return node, ()
+            info = index.info(function)
+            if info is not None and info.parent is None and not self.ctx.path.endswith(".ipynb"):
+                maybe.append((node, function.name.value))  # importable: its callers may tell
+        return (maybe[0][0], tuple(sorted({name for _, name in maybe}))) if maybe else (None, ())
 
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
+        first_copy, called_elsewhere = self._first_copy()
         for loader in self.unpinned:
             node, statement, written, target, dataset_class, escapes, assigned, owner, _ = loader
-            if target is not None and self._uses_of(target, assigned, owner) <= 1:
+            if target is not None and self.names.uses_of(target, assigned, owner) <= 1:
                 continue  # built and never used: no batch of it is ever copied
             batches, handed_out = self._where_batches_go(assigned, owner)
             if batches == STAY and not handed_out:
                 continue  # its loops copy no batch to the GPU, or it is read once
             if dataset_class in self.gpu_dataset_classes:
                 continue  # the Dataset put its data on the GPU: MEM001's finding
-            if self.first_copy is None:  # this module copies nothing to a CUDA device
-                callees = self.imported_callees.get((assigned, owner)) if assigned else None
-                escapes |= assigned in self.returned_names \
-                    or self.kept_in.get(assigned or "") in self.returned_names  # `loaders[0]`
+            if first_copy is None:  # this module copies nothing to a CUDA device
+                callees = self.names.imported_callees.get((assigned, owner)) if assigned else None
+                returned = self.names.returned_names  # `return loader`, `return loaders[0]`
+                escapes |= assigned in returned \
+                    or self.names.kept_in.get(assigned or "") in returned
                 if callees and not escapes:
                     # handed to another module's class (a `Trainer`) that may copy its batches
                     self.report(node, self.HANDED.format(loader=written, callees=", ".join(
@@ -412,12 +330,14 @@ class DataLoaderWithoutPinMemory(Rule):
                             fix=self._pin(loader))
                 continue
             unless: Condition = UnlessProjectOnCpu.here(self.ctx)
+            if called_elsewhere:  # a device parameter that only other files may set to a GPU
+                unless = Either((unless, UnlessOnlyCalledHere(self.facts.module, called_elsewhere)))
             if batches == STAY:  # handed only to functions of other modules
                 unless = Either((unless, UnlessHelpersKeepBatchesOnHost(tuple(handed_out))))
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking,
                                                   when=run_with(self.facts)),
                         statement, unless, fix=self._pin(loader),
-                        related=[(self.first_copy, "copied to a CUDA device here: this "
+                        related=[(first_copy, "copied to a CUDA device here: this "
                                                    "module's batches go to the GPU")])
 
     def _pin(self, loader: _Loader) -> FixPlan:
@@ -430,4 +350,4 @@ class DataLoaderWithoutPinMemory(Rule):
             else "True"
         return FixPlan(SAFE if loader.host_dataset else UNSAFE, f"pass pin_memory={value}",
                        ((loader.node, with_keyword(loader.node, "pin_memory", value,
-                                                   _PIN_MEMORY_POSITION)),))
+                                                   PIN_MEMORY_POSITION)),))

@@ -1,0 +1,77 @@
+"""What MEM003 holds until a module ends: the stores it flagged, per function,
+and what a later backward says of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from memlint.analysis.autograd_values import BackwardFlows, Value
+from memlint.analysis.context import Loop
+from memlint.analysis.names import dotted_name
+
+
+@dataclass
+class KeptStore:
+    """A flagged store, held until the module ends: a later `backward()` that
+    the kept graph reaches (REINFORCE, one backward over an accumulated loss,
+    here or in a helper) means the graph was kept on purpose, and what a
+    function defined further down returns is known only then."""
+
+    node: cst.CSTNode
+    statement: cst.CSTNode | None
+    stored: cst.BaseExpression
+    value: Value
+    target: cst.BaseExpression
+    verb: str
+    container: str
+    #: the enclosing loops whose iterations the container survives, as far as
+    #: the bindings before the store tell
+    outlived: list[Loop]
+    #: the container is a local variable of the function the store is in
+    local: bool
+    #: the container is made afresh inside a loop over batches or epochs
+    bound_per_step: bool = False
+    #: the stored name was unpacked from a model's output (`loss, acc = model(x)`):
+    #: (its position, the tuple's length)
+    forward_element: tuple[int, int] | None = None
+    one_step: bool = False  # it outlives only loops that back-propagate, before a step
+
+
+@dataclass
+class Frame:
+    node: cst.CSTNode
+    model_code: bool
+    stores: list[KeptStore] = field(default_factory=list)
+    calls_backward: bool = False
+    #: the names this function back-propagated so far (`loss` of `loss.backward()`)
+    backpropagated: set[str] = field(default_factory=set)
+    backward_loops: set[int] = field(default_factory=set)  # back-propagating, not yet stepped
+
+
+def kept_for_its_data(store: KeptStore, value: Value, flows: BackwardFlows,
+                      scope: cst.CSTNode) -> bool:
+    """A tensor (not a scalar loss) added to a list, whose graph a backward in
+    the same iteration then consumes (`history.append(fake)` before
+    `classifier(fake).mean().backward()`, a GAN's or an attack's images kept
+    to show): the backward frees the tensors its graph saved, so what the list
+    keeps is the images themselves, wanted, and `.detach()` would save nothing
+    of note. Running sums and concatenations are not this: each step's graph
+    nodes chain onto the last."""
+    if value.scalar or store.verb not in _LIST_GROWTH:
+        return False
+    stored = store.stored
+    if store.verb == "add":  # `history += [fake]`
+        if not isinstance(stored, (cst.List, cst.Tuple)):
+            return False
+        parts = [element.value for element in stored.elements]
+    else:
+        parts = [stored]
+    names = [dotted_name(part) for part in parts]
+    return bool(names) and all(name is not None and
+                               flows.backwarded_after(scope, name, store.statement)
+                               for name in names)
+
+
+_LIST_GROWTH = {"append", "extend with", "insert", "add"}

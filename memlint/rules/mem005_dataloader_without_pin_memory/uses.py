@@ -1,0 +1,103 @@
+"""How a module uses its names, as far as MEM005 needs it to tell whether a
+loader's batches are ever loaded: named again, handed to a call (here or in
+another module), returned, kept in a list, or read once at the top level."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import libcst as cst
+
+from memlint.analysis.autograd_values import names_in
+from memlint.analysis.context import Context
+from memlint.analysis.flows import (HARMLESS_BUILTINS, imported_callee, iterated_name,
+                                    local_owner, reads_one_batch)
+from memlint.analysis.names import dotted_name
+
+#: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
+_LOOKS = {"print", "len", "str", "repr", "type", "display"}
+
+
+class NameUses:
+    """The uses of one module's names, gathered during the walk."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        #: `next(iter(loader))` at the top level, by name (and owner: None)
+        self.single_batch_reads: Counter[tuple[str | None, cst.FunctionDef | None]] = Counter()
+        #: names handed to a call (`fit(model, loader)`), each with the
+        #: function it is a local variable of (None: a global, an attribute)
+        self.passed_names: set[tuple[str, cst.FunctionDef | None]] = set()
+        self.returned_names: set[str] = set()  # names a function returns (`return loader`)
+        #: names handed to a function or class of another module, each with
+        #: those callees as imported (module, name)
+        self.kept_in: dict[str, str | None] = {}  # `loaders.append(loader)`: loader -> loaders
+        self.imported_callees: dict[tuple[str, cst.FunctionDef | None],
+                                    set[tuple[str, str]]] = {}
+        #: how often each identifier is read or written in the module, to tell a
+        #: loader that is never used again
+        self.identifiers: Counter[str] = Counter()
+        #: the same for plain names, by the function each is local to (None: a
+        #: global): a parameter that shares a global loader's name is another name
+        self.uses: Counter[tuple[str, cst.FunctionDef | None]] = Counter()
+
+    @classmethod
+    def of(cls, ctx: Context) -> NameUses:
+        return ctx.shared(cls)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if self._only_looked_at(node):
+            return
+        self.identifiers[node.value] += 1
+        owner = None
+        if self.ctx.function is not None:
+            binds_here = isinstance(self.ctx.parent, cst.AssignTarget)  # local from here on
+            owner = self.ctx.function if binds_here else local_owner(self.ctx, node.value)
+        self.uses[(node.value, owner)] += 1
+
+    def _only_looked_at(self, node: cst.Name) -> bool:
+        """`len(loader)`, `print(loader)`, a notebook cell ending in `loader`:
+        shown, not iterated; and a parameter's name in a `def` or a keyword
+        argument, which is not the variable of that name outside."""
+        ancestors = self.ctx.ancestors
+        parent = ancestors[-2] if len(ancestors) > 1 else None
+        if isinstance(parent, (cst.Arg, cst.Param)) and (parent.keyword if isinstance(
+                parent, cst.Arg) else parent.name) is node:
+            return True  # `train(loader=other)`, `def train(loader)`: a parameter's name
+        if isinstance(parent, cst.Element) and len(ancestors) > 3 \
+                and isinstance(ancestors[-3], cst.Tuple) and isinstance(ancestors[-4], cst.Expr):
+            return True  # a cell ending in `train_loader, test_loader`
+        if isinstance(parent, cst.Expr):
+            return True
+        if isinstance(parent, cst.Arg) and len(ancestors) > 2:
+            call = ancestors[-3]
+            return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) \
+                and call.func.value in _LOOKS and self.ctx.binding(call.func.value) is None
+        return False
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.returned_names.update(names_in(node.value))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not (isinstance(node.func, cst.Name) and node.func.value in HARMLESS_BUILTINS):
+            handed = {(name, local_owner(self.ctx, name)) for name in
+                      filter(None, (dotted_name(a.value) for a in node.args))}
+            self.passed_names.update(handed)
+            callee = imported_callee(node, self.ctx)  # the project says what it does
+            for passed in handed:
+                if callee is not None:
+                    self.imported_callees.setdefault(passed, set()).add(callee)
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "append":
+                self.kept_in.update((name, dotted_name(node.func.value)) for name, _ in handed)
+        if reads_one_batch(node) and self.ctx.function is None:  # once, at a script's top level
+            read = iterated_name(node.args[0].value)
+            owner = local_owner(self.ctx, read) if read is not None else None
+            self.single_batch_reads[(read, owner)] += 1
+
+    def uses_of(self, name: str, assigned: str | None, owner: cst.FunctionDef | None) -> int:
+        """How often the loader bound to `assigned` is named: a plain name in
+        its own function (or at the top level), else `name` anywhere."""
+        if assigned is not None and "." not in assigned:
+            return self.uses[(assigned, owner)]
+        return self.identifiers[name.rsplit(".", 1)[-1]]
