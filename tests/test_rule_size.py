@@ -18,7 +18,6 @@ SHRINKING = {
     "mem003_tensor_history_kept": 484,
     "mem004_grad_in_inference": 812,
     "mem005_dataloader_without_pin_memory": 433,
-    "mem007_load_without_map_location": 505,
 }
 
 
