@@ -122,6 +122,10 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         'import torch\nclass FCN(torch.nn.Module):\n    def __init__(self):\n'
         '        super().__init__()\n        self.net = resnet101()\n'
         '        self.net.load_state_dict(torch.load(res101_path))\nmodel = FCN().cuda()',
+        # a data set's split file, read by one of its methods (written on the CPU)
+        'import torch\nfrom torch_geometric.data import InMemoryDataset\nmodel.cuda()\n'
+        'class Graphs(InMemoryDataset):\n    def get_idx_split(self):\n'
+        '        return torch.load(self.split_path)',
     ]
     INVALID = [
         # the twin: the dict's weights are copied into a module built here
@@ -150,6 +154,11 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         # every rank
         'import torch\nimport torch.distributed as dist\ndist.init_process_group("nccl")\n'
         'model.load_state_dict(torch.load(args.resume))',
+        # weights for a module still on the CPU, moved to the GPU only after the load
+        'import torch\nmodel = Net()\nmodel.load_state_dict(torch.load(p))\nmodel.cuda()',
+        # a checkpoint still bound while the training loop runs
+        'import torch\nmodel.cuda()\nckpt = torch.load(p)\nmodel.load_state_dict(ckpt["model"])\n'
+        'for epoch in range(ckpt["epoch"], 90):\n    train(model)',
     ]
 
     def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
