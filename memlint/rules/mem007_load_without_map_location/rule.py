@@ -248,6 +248,14 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         if receiver is None or method in _MODEL_USES:
             self.used_as_model.add(name)
 
+    def _copied_into(self, model: str | None) -> str | None:
+        """The module `load_state_dict` copies the loaded dict, or an entry
+        taken out of it (`sd = ckpt["state_dict"]`), into."""
+        for name in (model, *sorted(self.entries_taken.get(model or "", ()))):
+            if name in self.copied_into_modules:
+                return self.copied_into_modules[name] or ""
+        return None
+
     def _ranks(self) -> bool:
         """The file runs as several processes (ranks), as far as it shows so far
         or its text says (`local_rank`, `world_size`, `mp.spawn`)."""
@@ -273,7 +281,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
                     self.report(node, self.OPTIMIZER_KEPT, load.statement,
                                 Either((unless, UnlessSavedWithoutOptimizer(load.file))))
                 continue
-            copied = load.into is not None or model in self.copied_into_modules
+            copied = load.into is not None or self._copied_into(model) is not None
             if not copied and (model in self.used_as_data or (
                     load.class_name is not None
                     and is_dataset_class(load.class_name, self.index, self.ctx))):
@@ -291,7 +299,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         meant for a module still on the CPU; a copy kept while a loop runs;
         else a transient copy in one process (a note, in preview)."""
         node = load.node
-        target = load.into or self.copied_into_modules.get(load.model or "")
+        target = load.into or self._copied_into(load.model)
         moved_later = target is not None and target not in load.gpu_before \
             and target in self.last_gpu_move
         related: list[tuple[cst.CSTNode, str]] = []
