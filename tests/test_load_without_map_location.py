@@ -20,7 +20,7 @@ FOLDER = FIXTURES / "load_without_map_location"
      False),
     ("checkpoint_kept_while_training.py", 29, "in one process: a transient", "note", True),
     ("one_process_reload.py", 19, "in one process: a transient", "note", True),
-    ("evaluate_checkpoints.py", 21, "nothing here shows the file is a checkpoint", "note", True),
+    ("evaluate_checkpoints.py", 21, "every tensor restored onto the GPU", "warning", False),
 ])
 def test_the_message_and_severity_name_the_case(fixture, line, phrase, severity, preview):
     path = FOLDER / fixture

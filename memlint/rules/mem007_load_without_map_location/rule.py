@@ -32,8 +32,9 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     were saved from: every rank of a job lands on cuda:0, weights meant for a
     module still on the CPU go to a GPU first (and fail to load on a host
     without CUDA), a checkpoint kept in a name holds a second copy of the
-    weights on the GPU while training goes on. A checkpoint copied straight
-    into a module in one process costs a transient copy only: a note, in preview.
+    weights on the GPU while training goes on, a file restored as it is keeps
+    its tensors where they were saved. A checkpoint copied straight into a
+    module in one process costs a transient copy only: a note, in preview.
 
     Left alone where the file cannot hold GPU tensors: it was saved in the same
     file from CPU values (`.cpu()`, a model never moved to a GPU), it is a data
@@ -56,9 +57,10 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     TRANSIENT = ("torch.load() without map_location in one process: a transient second copy of "
                  "the checkpoint on the GPU it was saved from while load_state_dict copies it "
                  "(as large as the weights); pass map_location=\"cpu\"")
-    RESTORED = ("torch.load() without map_location: every tensor the file holds goes back to the "
-                "GPU it was saved from (nothing here shows the file is a checkpoint); pass "
-                "map_location=\"cpu\" or the target device")
+    RESTORED = ("torch.load() without map_location: every tensor restored onto the GPU it was "
+                "saved from (an extra copy on the GPU until the loaded object is freed; the "
+                "load fails on a host without that GPU); pass map_location=\"cpu\" or the "
+                "target device")
     OPTIMIZER_KEPT = ("torch.load() without map_location: the checkpoint also holds the "
                       "optimizer's state, restored onto the GPU it was saved from and never "
                       "used here; pass map_location=\"cpu\" (and move the model where it runs)")
@@ -316,9 +318,10 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         elif copied and load.kept is not None:
             message = self.KEPT.format(name=load.model)
             related.append((load.kept, f"'{load.model}' is still bound while this loop runs"))
+        elif copied:
+            message, severity, preview = self.TRANSIENT, "note", True
         else:
-            message = self.TRANSIENT if copied else self.RESTORED
-            severity, preview = "note", True
+            message = self.RESTORED
         fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
                       ((node, with_keyword(node, "map_location", '"cpu"')),))
         self.report(node, message, load.statement, unless, related, fix, severity, preview)
