@@ -90,6 +90,8 @@ class Finding:
     fix: Fix | None = field(default=None, compare=False)
     #: "error", "warning" or "note": the rule's default or the project's setting
     severity: str = field(default="warning", compare=False)
+    #: a variant of its rule kept out of the default set (`--preview` shows it)
+    preview: bool = field(default=False, compare=False)
 
     @property
     def summary(self) -> str:

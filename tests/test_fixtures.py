@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memlint import check_source
+from memlint import Settings, check_source
 from tests.expectations import FIXTURES, expected_findings, fixture_files
 
 FILES = fixture_files(".py")
@@ -15,6 +15,13 @@ def test_fixture_yields_exactly_its_annotations(path):
     source = path.read_text(encoding="utf-8")
     found = {(f.line, f.code) for f in check_source(source, str(path))}
     assert found == expected_findings(source)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(FIXTURES)) for p in FILES])
+def test_fixture_with_preview_yields_its_preview_annotations_too(path):
+    source = path.read_text(encoding="utf-8")
+    found = {(f.line, f.code) for f in check_source(source, str(path), Settings(preview=True))}
+    assert found == expected_findings(source, preview=True)
 
 
 def test_there_are_fixtures_for_every_rule():

@@ -125,3 +125,39 @@ def test_a_bad_preview_variable_is_a_one_line_error(monkeypatch, tmp_path, capsy
     (tmp_path / "train.py").write_text("x = 1\n", encoding="utf-8")
     assert cli.main(["check", "--no-cache", str(tmp_path / "train.py")]) == 2
     assert "MEMLINT_PREVIEW: expected 1 or 0" in capsys.readouterr().err
+
+
+RELOADED = ("import torch\nmodel = torch.nn.Linear(4, 2).cuda()\n"
+            "torch.save(model.state_dict(), 'best.pt')\n"
+            "model.load_state_dict(torch.load('best.pt'))\n")
+
+
+@pytest.mark.parametrize("settings, shown", [
+    (Settings(), False),
+    (Settings(preview=True), True),
+    (Settings(select=("MEM007",)), True),          # its exact code asks for it
+    (Settings(extend_select=("MEM007",)), True),
+    (Settings(select=("MEM00",)), False),          # a prefix asks for the default set only
+])
+def test_a_finding_in_preview_is_shown_when_asked(settings, shown):
+    """MEM007's transient copy in one process is a preview variant of a default rule."""
+    from memlint import check_source
+
+    found = [f for f in check_source(RELOADED, "train.py", settings) if f.code == "MEM007"]
+    assert bool(found) is shown
+    assert all(f.preview and f.severity == "note" for f in found)
+
+
+def test_a_finding_says_in_json_whether_it_is_in_preview():
+    from memlint import check_source
+
+    finding, = [f for f in check_source(RELOADED, "train.py", Settings(preview=True))
+                if f.code == "MEM007"]
+    assert finding.to_dict()["preview"] is True
+    assert finding.to_dict()["severity"] == "note"
+
+
+def test_the_project_severity_wins_over_a_findings_own():
+    assert Settings(severities={"MEM007": "error"}).severity_of("MEM007", "note") == "error"
+    assert Settings().severity_of("MEM007", "note") == "note"
+    assert Settings().severity_of("MEM007") == "warning"

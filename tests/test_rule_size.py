@@ -15,7 +15,6 @@ LIMIT = 400
 SHRINKING = {
     "mem001_whole_dataset_to_device": 962,
     "mem004_grad_in_inference": 812,
-    "mem007_load_without_map_location": 505,
 }
 
 

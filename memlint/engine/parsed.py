@@ -27,7 +27,7 @@ from memlint.engine.syntax import LIBCST_POSITION, RuleCrash, nested_too_deeply,
 from memlint.engine.suppression import is_suppressed
 from memlint.finding import Edit, Finding, Fix, Related
 from memlint.rules import RULES_BY_CODE, SEVERITY_BY_CODE
-from memlint.rules.base import FixPlan
+from memlint.rules.base import FixPlan, Report, Rule
 
 
 def check_parsed(source: str, path: str, settings: Settings, noqa: bool,
@@ -70,11 +70,12 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         raise RuleCrash(f"{type(error).__name__}: {error}") from error
     finally:
         ctx.close()
-    reports = [(rule, *report) for rule in rules if rule.code in codes for report in rule.reports]
+    # with tabs expanded, no edit computed on the expanded text may reach the file
+    reports = [(rule, report._replace(fix=None) if tabs_expanded else report)
+               for rule in rules if rule.code in codes for report in rule.reports
+               if not report.preview or settings.shows_preview(rule.code)]
     if not reports:
         return []
-    if tabs_expanded:  # no edit computed on the expanded text may reach the file
-        reports = [(*report[:-1], None) for report in reports]
     try:
         placed = _place(module, source, path, reports, noqa, settings.severity_of)
         return _original_columns(placed, original) if tabs_expanded else placed
@@ -173,10 +174,14 @@ def _expand_indent(line: str) -> str:
     return line[:len(line) - len(body)].expandtabs(8) + body
 
 
-def _place(module: cst.Module, source: str, path: str, reports,
-           noqa: bool = True, severity_of=SEVERITY_BY_CODE.get) -> list[Finding]:
+def _rule_severity(code: str, reported: str | None = None) -> str:
+    return reported or SEVERITY_BY_CODE.get(code, "warning")
+
+
+def _place(module: cst.Module, source: str, path: str, reports: list[tuple[Rule, Report]],
+           noqa: bool = True, severity_of=_rule_severity) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
-    wanted = [n for _, node, stmt, _, _, related, fix in reports
+    wanted = [n for _, (node, stmt, _, _, related, fix, *_) in reports
               for n in (node, stmt, *(evidence for evidence, _ in related), *_fixed_nodes(fix))
               if n is not None]
     lines = LINE_BREAK.split(source)
@@ -184,7 +189,7 @@ def _place(module: cst.Module, source: str, path: str, reports,
     if "\f" in source:
         positions = _form_feeds_counted(positions, lines)
     findings = set()
-    for rule, node, stmt, message, unless, related, plan in reports:
+    for rule, (node, stmt, message, unless, related, plan, severity, preview) in reports:
         span = positions[id(node)]
         statement = positions.get(id(stmt))
         line, column = span.start.line, span.start.column
@@ -202,7 +207,7 @@ def _place(module: cst.Module, source: str, path: str, reports,
                              name=rule.name, message=message, unless=unless,
                              related=tuple(_related(path, positions, related)),
                              fix=_fix(module, positions, plan, lines),
-                             severity=severity_of(rule.code)))
+                             severity=severity_of(rule.code, severity), preview=preview))
     return sorted(findings)
 
 

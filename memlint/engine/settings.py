@@ -46,8 +46,14 @@ class Settings:
     #: run the rules in preview too (`memlint rules` says which those are)
     preview: bool = False
 
-    def severity_of(self, code: str) -> str:
-        return self.severities.get(code, SEVERITY_BY_CODE.get(code, "warning"))
+    def severity_of(self, code: str, reported: str | None = None) -> str:
+        """The project's setting, else the finding's own (`reported`), else the rule's."""
+        return self.severities.get(code, reported or SEVERITY_BY_CODE.get(code, "warning"))
+
+    def shows_preview(self, code: str) -> bool:
+        """Whether a finding a rule marks as preview is kept: with preview on,
+        or when its code is selected by name, as for a whole rule in preview."""
+        return self.preview or code in (*self.select, *self.extend_select)
 
     def fails(self, severity: str) -> bool:
         """Whether a finding of `severity` sets exit code 1."""

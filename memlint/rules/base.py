@@ -37,6 +37,19 @@ class FixPlan(NamedTuple):
     insertions: tuple[tuple[cst.CSTNode, str], ...] = ()
 
 
+class Report(NamedTuple):
+    """What `Rule.report` was told, turned into a `Finding` by the engine."""
+
+    node: cst.CSTNode
+    statement: cst.CSTNode | None
+    message: str
+    unless: Condition | None
+    related: tuple[tuple[cst.CSTNode, str], ...]
+    fix: FixPlan | None
+    severity: str | None = None  # None: the rule's
+    preview: bool = False
+
+
 class Rule:
     code: ClassVar[str]
     #: name, default severity and text screen: from its package's `ENTRY`,
@@ -58,21 +71,25 @@ class Rule:
     def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         self.ctx = ctx
         self.options: RuleOptions = options or {}
-        self.reports: list[tuple[cst.CSTNode, cst.CSTNode | None, str, Condition | None,
-                                 tuple[tuple[cst.CSTNode, str], ...], FixPlan | None]] = []
+        self.reports: list[Report] = []
 
     def report(self, node: cst.CSTNode, message: str,
                statement: cst.CSTNode | None = None, unless: Condition | None = None,
                related: Iterable[tuple[cst.CSTNode, str]] = (),
-               fix: FixPlan | None = None) -> None:
+               fix: FixPlan | None = None, severity: str | None = None,
+               preview: bool = False) -> None:
         """Flag `node`; the finding is placed on the first line of its statement
         (pass `statement`, kept from the visit, when reporting from `finish()`).
         `unless` names what, known once the whole project is walked, drops it.
         `related` is the evidence, `(node, message)` pairs in this file (the copy
         to CUDA, the `.eval()` call), placed by the engine with the finding.
-        `fix` is the rewrite that removes it, where a sound one exists."""
-        self.reports.append((node, statement or self.statement(), message, unless,
-                             tuple(related), fix))
+        `fix` is the rewrite that removes it, where a sound one exists.
+        `severity` overrides the rule's for this one finding (a variant whose
+        cost is smaller); `preview` keeps it out of the default set (shown with
+        `--preview` or when its code is selected by name), as a whole rule in
+        preview is."""
+        self.reports.append(Report(node, statement or self.statement(), message, unless,
+                                   tuple(related), fix, severity, preview))
 
     @property
     def facts(self) -> ModuleFacts:
