@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import libcst as cst
 
-from memlint.analysis.context import BindingSite, Context
+from memlint.analysis.context import Context
 from memlint.analysis.datasets import (NONE, SPLITS, STRONG, UNKNOWN, WEAK, SampleLoops,
                                        iterates_loaded_collection, kept_as_is,
                                        name_evidence,
@@ -16,16 +15,14 @@ from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.walker import children
-from memlint.analysis.torch_api import DATA_LOADERS, SAME_DATA_CALLS, TENSOR_DATASETS, TENSOR_TYPES
+from memlint.analysis.torch_api import DATA_LOADERS, SAME_DATA_CALLS, TENSOR_DATASETS
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
+from memlint.rules.mem001_whole_dataset_to_device.facts import (
+    _SAME_DATA_METHODS, _Move, _Place, _chains_to, _is_literal, _leading_axis, _literal_rows,
+    _moves_itself, _names_in, _names_used, _paired_target, _prefixes, _puts_on_cuda,
+    _shorten, _sizes_only, _target_names, _unimported_torch, _value_given, _without_move)
 
-_SAME_DATA_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "bool", "byte",
-                      "astype", "reshape", "view", "contiguous", "squeeze", "unsqueeze",
-                      "transpose", "permute", "flatten", "clone", "copy", "type", "to",
-                      "pin_memory", "numpy", "detach", "requires_grad_"}
-#: Keywords a move may carry and still be undone by dropping it (not `dtype`).
-_MOVE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
 #: Index names that pick a mini-batch or one sample out of the data.
 _BATCH_INDEX_WORDS = {"i", "j", "k", "b", "idx", "idxs", "index", "indices", "ix", "batch",
@@ -221,7 +218,7 @@ class WholeDatasetToDevice(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
         if qualified in TENSOR_DATASETS:
-            if any(_puts_on_cuda(arg.value, self) for arg in node.args):
+            if any(_puts_on_cuda(arg.value, self.ctx) for arg in node.args):
                 self._gpu_tensor_datasets.append((node, self.statement(),
                                                   self._dataset_names(node)))
             return
@@ -393,7 +390,7 @@ class WholeDatasetToDevice(Rule):
             return None
         args = []
         for arg in dataset.args:
-            value = _without_move(arg.value, self)
+            value = _without_move(arg.value, self.ctx)
             if value is None:
                 return None
             args.append(arg.with_changes(value=value))
@@ -763,200 +760,3 @@ class WholeDatasetToDevice(Rule):
                 if words & _BATCH_INDEX_WORDS and not words & SPLITS:
                     return True
         return False
-
-
-@dataclass(frozen=True)
-class _Place:
-    """Where a move, a subscript or a call is: its function (None: module level)
-    and its order in the walk."""
-
-    function: cst.FunctionDef | None
-    order: int
-
-
-@dataclass(eq=False)
-class _Move:
-    """A move to the GPU seen during the walk, decided in `finish`."""
-
-    node: cst.Call
-    statement: cst.CSTNode | None
-    source: cst.BaseExpression  # the data as written
-    whole: bool  # the source is the whole data set by its origin or name
-    maybe_data: bool  # not known to be a batch, a constant or noise, nor moved per iteration
-    targets: frozenset[str]  # the names the result is assigned to
-    place: _Place
-    helper: str = ""  # ` by batchify()`: the same-module helper that moves it
-    returned: bool = False  # moved in a `return`: the callers get it on the GPU
-
-
-def _literal_rows(index: cst.BaseExpression) -> bool:
-    """`0`, `[1, 2]`, `torch.tensor([1])`: rows picked by number."""
-    if isinstance(index, cst.Call) and len(index.args) == 1:
-        index = index.args[0].value
-    if isinstance(index, (cst.List, cst.Tuple)):
-        return bool(index.elements) and all(isinstance(e.value, cst.Integer)
-                                            for e in index.elements)
-    return isinstance(index, cst.Integer)
-
-
-def _without_move(value: cst.BaseExpression, rule: WholeDatasetToDevice
-                  ) -> cst.BaseExpression | None:
-    """`x.cuda()` -> `x`, `torch.tensor(a).to(dev).float()` -> `torch.tensor(a).float()`:
-    the same tensor left on the host; None when a move cannot be dropped
-    without changing more than the device (`.to(dev, torch.half)`,
-    `torch.tensor(a, device="cuda")`)."""
-    if not _puts_on_cuda(value, rule):
-        return value
-    if not isinstance(value, cst.Call) or not isinstance(value.func, cst.Attribute):
-        return None
-    if moves_to_cuda(value, rule.ctx):
-        if not _only_moves(value):
-            return None
-        return _without_move(value.func.value, rule)
-    if value.func.attr.value not in _SAME_DATA_METHODS or any(
-            _puts_on_cuda(arg.value, rule) for arg in value.args):
-        return None
-    inner = _without_move(value.func.value, rule)
-    return None if inner is None else value.with_changes(func=value.func.with_changes(value=inner))
-
-
-def _only_moves(move: cst.Call) -> bool:
-    """`.cuda()`, `.cuda(0)`, `.to(device)`, `.to(device, non_blocking=True)`:
-    nothing but the device changes (not `.to(device, torch.float16)`, `.type(...)`)."""
-    if type(move.func) is not cst.Attribute:
-        return False
-    method = move.func.attr.value
-    positional = [arg for arg in move.args if arg.keyword is None]
-    if method not in ("cuda", "to") or len(positional) > 1 or any(arg.star for arg in move.args):
-        return False
-    return all(arg.keyword.value in _MOVE_ONLY_KEYWORDS for arg in move.args if arg.keyword)
-
-
-def _puts_on_cuda(node: cst.BaseExpression, rule: WholeDatasetToDevice) -> bool:
-    """Whether the expression contains a move to (or a creation on) a CUDA device."""
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Call) and (moves_to_cuda(current, rule.ctx)
-                                              or creates_on_cuda(current, rule.ctx)):
-            return True
-        stack.extend(current.children)
-    return False
-
-
-def _value_given(site: BindingSite) -> cst.BaseExpression:
-    """What an assignment gave the name: its element of `a, b = x, y`, the
-    whole unpacked value of `a, b = f()` (the element is unknown), else the value."""
-    source = site.unpacked_from
-    if source is None:
-        return site.value
-    if (type(source) is cst.Tuple or type(source) is cst.List) and site.unpacked_index is not None \
-            and site.unpacked_index < len(source.elements) \
-            and not any(type(e) is cst.StarredElement for e in source.elements):
-        return source.elements[site.unpacked_index].value
-    return source
-
-
-def _leading_axis(call: cst.Call) -> bool:
-    """`unsqueeze(0)` / `unsqueeze(dim=0)`: a new first axis of size one."""
-    axis = call_arg(call, "dim", position=0)
-    return axis is not None and type(axis.value) is cst.Integer and axis.value.value == "0"
-
-
-def _moves_itself(value: cst.BaseExpression, name: str) -> bool:
-    """`x.to(device)`, `x.cuda()` as the value bound to `x`: the same data, moved."""
-    return type(value) is cst.Call and type(value.func) is cst.Attribute \
-        and value.func.attr.value in ("to", "cuda") and dotted_name(value.func.value) == name
-
-
-def _names_in(node: cst.CSTNode) -> list[str]:
-    found: list[str] = []
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Name):
-            found.append(current.value)
-        elif not isinstance(current, cst.Attribute):
-            stack.extend(children(current))
-    return found
-
-
-def _chains_to(value: cst.BaseExpression, call: cst.Call) -> bool:
-    """`call`, or `call.contiguous()`, `call.float()`: methods applied to its result."""
-    if value is call:
-        return True
-    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
-        if value is call:
-            return True
-        value = value.func.value
-    return False
-
-
-def _sizes_only(call: cst.Call, qualified: str) -> bool:
-    """`torch.FloatTensor(3, 4)`, `torch.BoolTensor(x.size())`: a shape, not data."""
-    if qualified.rsplit(".", 1)[-1] not in TENSOR_TYPES:
-        return False
-    first = call.args[0].value
-    if len(call.args) > 1 and call.args[1].keyword is None:
-        return True
-    if isinstance(first, cst.Integer):
-        return True
-    if isinstance(first, cst.Call) and isinstance(first.func, cst.Attribute):
-        return first.func.attr.value == "size"
-    return isinstance(first, cst.Attribute) and first.attr.value == "shape"
-
-
-def _unimported_torch(func: cst.BaseExpression) -> str:
-    name = dotted_name(func) or ""
-    return name if name.startswith("torch.") else ""
-
-
-def _prefixes(name: str) -> list[str]:
-    """`data.x` -> `data.x`, `data`: feeding `data.x` whole feeds `data`'s tensors whole."""
-    parts = name.split(".")
-    return [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
-
-
-def _paired_target(target: cst.BaseExpression, value: cst.BaseExpression,
-                   call: cst.Call) -> cst.BaseExpression | None:
-    """In `a, b = x.cuda(), y.cuda()`, the target that `call`'s element of the
-    value tuple is assigned to."""
-    if not isinstance(target, (cst.Tuple, cst.List)) \
-            or not isinstance(value, (cst.Tuple, cst.List)) \
-            or len(target.elements) != len(value.elements):
-        return None
-    for target_element, value_element in zip(target.elements, value.elements):
-        if isinstance(value_element, cst.Element) and _chains_to(value_element.value, call):
-            return target_element.value
-    return None
-
-
-def _target_names(target: cst.BaseExpression) -> list[str]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for element in target.elements for n in _target_names(element.value)]
-    name = dotted_name(target)
-    return [name] if name else []
-
-
-def _names_used(unit: cst.FunctionDef | cst.SimpleStatementLine) -> set[str]:
-    """Every name and dotted name read or written in a function or a statement."""
-    found: set[str] = set()
-    stack: list[cst.CSTNode] = [unit.body] if isinstance(unit, cst.FunctionDef) else [unit]
-    while stack:
-        current = stack.pop()
-        name = dotted_name(current) if isinstance(current, (cst.Name, cst.Attribute)) else None
-        if name is not None:
-            found.update(_prefixes(name))
-        else:
-            stack.extend(children(current))
-    return found
-
-
-def _is_literal(node: cst.BaseExpression) -> bool:
-    return isinstance(node, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.Integer, cst.Float,
-                             cst.SimpleString, cst.ListComp, cst.UnaryOperation))
-
-
-def _shorten(node: cst.BaseExpression, limit: int = 40) -> str:
-    text = " ".join(cst.Module(body=[]).code_for_node(node).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
