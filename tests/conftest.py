@@ -3,8 +3,8 @@
 Which rules run by default is decided by measured figures
 (`memlint/rules/measured.py`) that change whenever a held-out set is judged;
 a test of what a rule finds must not change with them. So in-process tests
-run with no rule in preview; the tests of preview itself (`test_preview.py`)
-set the preview rules they need, and `test_the_default_set_is_the_measured_one`
+run with no rule in preview and see the findings a rule marks as preview
+too; the tests of preview itself (`test_preview.py`) put back what they need, and `test_the_default_set_is_the_measured_one`
 checks the real set. Tests that start memlint in another process ask for the
 rules they test: `MEMLINT_PREVIEW=1` is set for them here."""
 
@@ -16,8 +16,13 @@ import memlint.cli.main as cli
 import memlint.engine.settings as settings_module
 
 
+#: how a finding marked as preview is filtered, for the tests that test it
+SHOWS_PREVIEW = settings_module.Settings.shows_preview
+
+
 @pytest.fixture(autouse=True)
 def no_rule_in_preview(monkeypatch):
     monkeypatch.setenv("MEMLINT_PREVIEW", "1")
+    monkeypatch.setattr(settings_module.Settings, "shows_preview", lambda self, code: True)
     monkeypatch.setattr(settings_module, "PREVIEW_CODES", frozenset())
     monkeypatch.setattr(cli, "PREVIEW_CODES", frozenset())

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
+from memlint.engine.settings import Settings
 from memlint import check_paths
 from tests.expectations import FIXTURES, fixture_files
 
@@ -68,7 +69,8 @@ def sarif_path(location: dict) -> str:
 
 @pytest.fixture(scope="module")
 def engine_findings() -> list[tuple[str, int, int, str]]:
-    report = check_paths(PY_FIXTURES, jobs=1)
+    # preview on, as MEMLINT_PREVIEW (conftest) turns it on for the command line
+    report = check_paths(PY_FIXTURES, Settings(preview=True), jobs=1)
     found = [(os.path.normpath(f.path), f.line, f.column, f.code) for f in report.findings]
     assert len(found) >= 5, "the fixtures must hold findings for this test to mean anything"
     return found

@@ -11,9 +11,17 @@ from memlint.engine.settings import Settings
 from memlint.rules.measured import ENOUGH_JUDGED, Measured
 
 
+@pytest.fixture(autouse=True)
+def preview_as_shipped(monkeypatch):
+    """Undo conftest's "every finding shown" for the tests of preview itself."""
+    from tests.conftest import SHOWS_PREVIEW
+
+    monkeypatch.delenv("MEMLINT_PREVIEW")
+    monkeypatch.setattr(Settings, "shows_preview", SHOWS_PREVIEW)
+
+
 @pytest.fixture
 def mem005_in_preview(monkeypatch):
-    monkeypatch.delenv("MEMLINT_PREVIEW")
     monkeypatch.setattr(settings_module, "PREVIEW_CODES", frozenset({"MEM005"}))
     monkeypatch.setattr(cli, "PREVIEW_CODES", frozenset({"MEM005"}))
 

@@ -38,7 +38,7 @@ def test_json_records_have_exactly_the_design_fields():
     assert record == {"path": "src/train.py", "line": 3, "column": 9, "end_line": 3,
                       "end_column": 34, "code": "MEM007", "name": "load-without-map-location",
                       "message": "torch.load() without map_location ...", "related": [],
-                      "fix": None, "severity": "warning"}
+                      "fix": None, "severity": "warning", "preview": False}
     (cell,) = json.loads(json_format(Report(findings=[IN_NOTEBOOK]), __version__))
     assert (cell["cell"], cell["cell_line"]) == (4, 2)
 

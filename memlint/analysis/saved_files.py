@@ -10,6 +10,7 @@ import re
 
 import libcst as cst
 
+from memlint.analysis.walker import children
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.names import call_arg, dotted_name
@@ -86,7 +87,7 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
         current = pending.pop()
         if isinstance(current, cst.Call):
             found.append(current)
-        pending.extend(current.children)
+        pending.extend(children(current))
     return found
 
 

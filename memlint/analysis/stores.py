@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from memlint.analysis.walker import children
 from memlint.analysis.context import Context, Loop, other_branch
 from memlint.analysis.names import dotted_name
 from memlint.analysis.torch_api import CONCATENATIONS, INDEX_RANGES
@@ -179,7 +180,7 @@ def _data_sized(node: cst.BaseExpression) -> bool:
         elif isinstance(current, cst.Attribute) and current.attr.value == "shape":
             return True
         elif isinstance(current, (cst.BinaryOperation, cst.Subscript, cst.UnaryOperation)):
-            pending.extend(current.children)
+            pending.extend(children(current))
     return False
 
 
@@ -194,7 +195,7 @@ def _draws_data(loop: cst.For) -> bool:
         if isinstance(current, (cst.For, cst.While)) and is_data_loop(current):
             return True
         if not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            pending.extend(current.children)
+            pending.extend(children(current))
     return False
 
 
@@ -210,7 +211,7 @@ def _loop_names(target: cst.BaseExpression, iterable: cst.BaseExpression) -> lis
             if name is not None:
                 names.append(name.rsplit(".", 1)[-1])
                 continue
-        pending.extend(current.children)
+        pending.extend(children(current))
     return names
 
 

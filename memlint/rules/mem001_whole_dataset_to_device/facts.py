@@ -97,7 +97,7 @@ def _puts_on_cuda(node: cst.BaseExpression, ctx: Context) -> bool:
         if isinstance(current, cst.Call) and (moves_to_cuda(current, ctx)
                                               or creates_on_cuda(current, ctx)):
             return True
-        stack.extend(current.children)
+        stack.extend(children(current))
     return False
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from memlint.analysis.walker import children
 from memlint.analysis.context import BindingSite, Context, Scope
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
@@ -325,7 +326,7 @@ class Forwards:
                         or self.is_module_class(dotted_name(built.func) or "")):
                     return True
             elif not isinstance(node, cst.BaseExpression):
-                pending.extend(node.children)
+                pending.extend(children(node))
         return False
 
     def is_lightning(self, class_name: str) -> bool:

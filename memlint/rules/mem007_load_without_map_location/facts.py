@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from memlint.analysis.walker import children
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda, string_value
@@ -218,7 +219,7 @@ def _loop_or_del(node: cst.CSTNode, name: str) -> cst.CSTNode | bool | None:
         return False
     if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
         return None
-    for child in node.children:
+    for child in children(node):
         found = _loop_or_del(child, name)
         if found is not None:
             return found
