@@ -313,7 +313,7 @@ def test_severities_fail_on_quiet_and_output_file_end_to_end(project):
     source = ("import torch\nfrom torch.utils.data import DataLoader\n"
               "loader = DataLoader(Frames(), batch_size=8)\n"
               "for x in loader:\n    x = x.cuda()\n"
-              "net = Net().cuda()\nnet.load_state_dict(torch.load('best.pt'))\n")
+              "net = Net()\nnet.load_state_dict(torch.load('best.pt'))\nnet.cuda()\n")
     write(project / "train.py", source)
     assert run("check", "train.py", cwd=project).returncode == 1
     assert run("check", "--fail-on", "warning", "train.py", cwd=project).returncode == 1
@@ -340,8 +340,8 @@ def test_code_frames_and_colour_follow_the_flags_and_the_environment(project, mo
     """Piped output stays one line per finding; --show-source adds the code
     and a caret span; colour only on request (--color always, FORCE_COLOR),
     never under NO_COLOR with --color auto."""
-    write(project / "train.py", "import torch\nnet = Net().cuda()\n"
-                                "net.load_state_dict(torch.load('best.pt'))\n")
+    write(project / "train.py", "import torch\nnet = Net()\n"
+                                "net.load_state_dict(torch.load('best.pt'))\nnet.cuda()\n")
     plain = run("check", "train.py", cwd=project).stdout
     assert plain.splitlines()[0].startswith("train.py:3:21: MEM007 [*] ") and "|" not in plain
     framed = run("check", "--show-source", "train.py", cwd=project).stdout.splitlines()

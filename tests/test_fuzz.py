@@ -46,7 +46,7 @@ FIXTURE_BYTES = [p.read_bytes() for p in fixture_files(".py")]
 NOTEBOOK_BYTES = [p.read_bytes() for p in fixture_files(".ipynb")]
 GOOD = {"good_a.py": "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n",
         "good_b.py": "import torch\nfor x in loader:\n    losses.append(model(x.cuda()))\n"}
-SUPERVISED = Settings(file_timeout_s=10)
+SUPERVISED = Settings(file_timeout_s=10, preview=True)  # every rule, as the module fixture runs
 FUZZ = settings(deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -156,7 +156,8 @@ def console_alone(tmp_path_factory) -> list[str]:
     root = tmp_path_factory.mktemp("alone")
     for name, text in GOOD.items():
         (root / name).write_text(text)
-    result = subprocess.run([sys.executable, "-m", "memlint", "check", "-j", "1", "."],
+    # --preview: a module fixture runs before conftest's MEMLINT_PREVIEW=1 is set
+    result = subprocess.run([sys.executable, "-m", "memlint", "check", "--preview", "-j", "1", "."],
                             cwd=root, capture_output=True, timeout=60, check=False)
     assert result.returncode == 1 and result.stdout.count(b"MEM0") == 2
     return [line for line in result.stdout.decode().splitlines() if not line.startswith("Found ")]

@@ -77,10 +77,24 @@ def test_rules_lists_which_rules_run_by_default(mem005_in_preview, capsys):
     (Measured(true=17, false=3, debatable=0, per_thousand_files=1.0), False),    # 0.85
     (Measured(true=14, false=0, debatable=6, per_thousand_files=1.0), False),    # 30 % shrugged
     (Measured(true=16, false=0, debatable=4, per_thousand_files=1.0), True),     # 20 %
-    (Measured(true=0, false=ENOUGH_JUDGED - 1, debatable=0, per_thousand_files=1.0), True),
+    # fewer than ENOUGH_JUDGED: kept unless they already rule 0.90 out
+    (Measured(true=2, false=1, debatable=0, per_thousand_files=1.0), True),
+    (Measured(true=0, false=0, debatable=ENOUGH_JUDGED - 1, per_thousand_files=1.0), True),
+    (Measured(true=0, false=3, debatable=3, per_thousand_files=1.0), False),
+    (Measured(true=0, false=ENOUGH_JUDGED - 1, debatable=0, per_thousand_files=1.0), False),
 ])
 def test_trusted_means_precise_and_rarely_shrugged_at(figures, trusted):
     assert figures.trusted is trusted
+
+
+@pytest.mark.parametrize("true, decided, bound", [
+    (0, 3, 0.6316), (12, 28, 0.6000), (5, 6, 0.9915), (3, 3, 1.0), (0, 1, 0.95)])
+def test_the_precision_bound_is_the_exact_binomial_one(true, decided, bound):
+    """Closed forms where there are: none of n TRUE gives 1 - 0.05 ** (1 / n),
+    n - 1 of n gives 0.95 ** (1 / n); 12 of 28 lies between them."""
+    from memlint.rules.measured import precision_upper_bound
+
+    assert precision_upper_bound(true, decided) == pytest.approx(bound, abs=1e-4)
 
 
 def test_the_measured_verdicts_are_the_committed_ones():
