@@ -37,7 +37,7 @@ def _cli(capsys, *paths: str) -> set[Key]:
 
 def _flake8(files: list[str], cwd: Path) -> set[Key]:
     result = subprocess.run(
-        [sys.executable, "-m", "flake8", "--isolated", "--select=MEM",
+        [sys.executable, "-m", "flake8", "--isolated", "--select=MEM,E999",
          "--format=%(path)s:%(row)d:%(col)d: %(code)s", *files],
         capture_output=True, text=True, cwd=cwd, check=False)
     assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
@@ -79,7 +79,14 @@ def _assert_front_ends_agree(tree: Path, capsys, monkeypatch, tmp_path) -> set[K
     for path in files:
         expected = whole.get(path, set())
         assert alone.get(path, set()) == expected, f"check FILE differs from check DIR on {path}"
-        assert flake8.get(path, set()) == expected, f"flake8 differs from check DIR on {path}"
+        in_flake8 = flake8.get(path, set())
+        if any(code == "E999" for *_, code in in_flake8):
+            # flake8 reports a file Python cannot parse itself (E999) and runs no plugin on it
+            in_flake8 = {key for key in in_flake8 if key[3] != "E999"}
+            expected_there = {key for key in expected if key[3] != "MEM000"}
+        else:
+            expected_there = expected
+        assert in_flake8 == expected_there, f"flake8 differs from check DIR on {path}"
         assert server.get(path, set()) == expected, f"the server differs from check DIR on {path}"
     return set().union(*whole.values()) if whole else set()
 
