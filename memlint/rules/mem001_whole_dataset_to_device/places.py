@@ -7,13 +7,12 @@ from __future__ import annotations
 import libcst as cst
 
 from memlint.analysis.context import Context
-from memlint.analysis.datasets import name_words
+from memlint.analysis.datasets import name_words, names_within, picks_a_batch
 from memlint.analysis.names import dotted_name
 from memlint.analysis.torch_api import SAME_DATA_CALLS
 from memlint.analysis.walker import children
-from memlint.rules.mem001_whole_dataset_to_device.evidence import picks_a_batch
 from memlint.rules.mem001_whole_dataset_to_device.facts import (
-    _chains_to, _names_in, _paired_target, _target_names)
+    _chains_to, _paired_target, _target_names)
 
 #: Function names where the whole data set is loaded and prepared.
 _SETUP_WORDS = {"init", "setup", "prepare", "load", "read", "build", "make", "create",
@@ -53,7 +52,7 @@ def slices_batches(ctx: Context, node: cst.Subscript) -> bool:
     if not (ctx.in_loop or per_batch):
         return False
     if isinstance(first, cst.Slice):
-        return any(_names_in(bound) for bound in (first.lower, first.upper) if bound)
+        return any(names_within(bound) for bound in (first.lower, first.upper) if bound)
     if not isinstance(first, cst.Index) or not isinstance(first.value, cst.Name):
         return False
     index = first.value.value

@@ -5,14 +5,13 @@ from __future__ import annotations
 import libcst as cst
 
 from memlint.analysis.context import Context
-from memlint.analysis.datasets import (NONE, STRONG, WEAK, SampleLoops, iterates_loaded_collection,
-                                       kept_as_is)
+from memlint.analysis.datasets import (NONE, STRONG, WEAK, SampleLoops, data_evidence,
+                                       iterates_loaded_collection, kept_as_is)
 from memlint.analysis.devices import creates_on_cuda, cuda_tensor_type, moves_to_cuda
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.torch_api import DATA_LOADERS, SAME_DATA_CALLS, TENSOR_DATASETS
 from memlint.rules.base import FixPlan, Rule, RuleOptions
-from memlint.rules.mem001_whole_dataset_to_device.evidence import data_evidence
 from memlint.rules.mem001_whole_dataset_to_device.facts import (
     _Move, _Place, _prefixes, _puts_on_cuda, _shorten)
 from memlint.rules.mem001_whole_dataset_to_device.places import (
