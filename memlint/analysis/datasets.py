@@ -16,10 +16,12 @@ import re
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
-from memlint.analysis.context import Context
+from memlint.analysis.context import BindingSite, Context
+from memlint.analysis.devices import cuda_tensor_type
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.names import dotted_name
-from memlint.analysis.torch_api import DATA_LOADERS
+from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.torch_api import DATA_LOADERS, SAME_DATA_CALLS, TENSOR_TYPES
+from memlint.analysis.walker import children
 
 #: Readers of whole files into memory: what they return is sized by the file.
 READERS = {"numpy.load", "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromfile",
@@ -254,3 +256,187 @@ def _is_dataset_base(base: cst.BaseExpression, ctx: Context) -> bool:
     # a base from elsewhere in the project (`from .base import BaseDataset`)
     name = qualified or dotted_name(base) or ""
     return name.rsplit(".", 1)[-1].endswith("Dataset")
+
+
+# How strongly an expression looks like a whole data set: what MEM001 weighs
+# for the value a move puts on the GPU.
+
+#: Methods whose result is the same data (cast, reshaped, moved).
+SAME_DATA_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "bool", "byte",
+                     "astype", "reshape", "view", "contiguous", "squeeze", "unsqueeze",
+                     "transpose", "permute", "flatten", "clone", "copy", "type", "to",
+                     "pin_memory", "numpy", "detach", "requires_grad_"}
+#: Index names that pick a mini-batch or one sample out of the data.
+_BATCH_INDEX_WORDS = {"i", "j", "k", "b", "idx", "idxs", "index", "indices", "ix", "batch",
+                      "ids", "sample", "mb", "minibatch", "start", "end", "perm"}
+#: Data-frame methods whose result is a summary, not the data.
+_REDUCTIONS = {"max", "min", "mean", "sum", "std", "var", "median", "count", "nunique",
+               "describe", "head", "tail", "sample", "value_counts", "unique", "corr",
+               "cov", "quantile", "mode", "first", "last", "idxmax", "idxmin"}
+
+
+def data_evidence(ctx: Context, node: cst.BaseExpression, depth: int = 0) -> int:
+    """NONE (known not to be a data set), UNKNOWN, WEAK (a data-like name) or
+    STRONG (read from disk, a data frame, a name like `X_train`)."""
+    if depth > 8:
+        return UNKNOWN
+    if isinstance(node, cst.Call):
+        return _call_evidence(ctx, node, depth)
+    if isinstance(node, cst.Attribute):
+        if node.attr.value == "values":
+            return _frame_evidence(ctx, node.value, depth)  # `df.values`
+        if node.attr.value in ("T", "mT", "data"):
+            inner = data_evidence(ctx, node.value, depth + 1)
+            if inner != UNKNOWN:
+                return inner
+    if isinstance(node, cst.Subscript):
+        if picks_a_batch(node):
+            return NONE
+        return data_evidence(ctx, node.value, depth + 1)
+    if isinstance(node, cst.BinaryOperation):  # `torch.ones(n) * -1`, `(X - mean) / std`
+        return max(data_evidence(ctx, node.left, depth + 1),
+                   data_evidence(ctx, node.right, depth + 1))
+    name = dotted_name(node)
+    if name is None:
+        return NONE if _is_literal(node) else UNKNOWN
+    if ctx.loop_target(name.split(".", 1)[0]) is not None:
+        return NONE  # `for x, y in loader:` -- one batch
+    bound = ctx.binding(name)
+    site = ctx.binding_site(name)
+    if site is not None:
+        # `x = x.to(device)`, `x, y = x.to(d), y.to(d)`: what x was before it moved
+        while site.previous is not None and _moves_itself(_value_given(site), name):
+            site = site.previous
+        bound = _value_given(site)  # `images, labels = next(iter(loader))`: the call
+    if bound is not None and bound is not node:
+        from_binding = data_evidence(ctx, bound, depth + 1)
+        if from_binding != UNKNOWN:
+            return from_binding
+    if name.isupper() and len(name) > 1:
+        return NONE  # a constant such as MEAN, defined elsewhere
+    return name_evidence(name)
+
+
+def _call_evidence(ctx: Context, node: cst.Call, depth: int) -> int:
+    # `torch.zeros` where torch came in through another module's `import *`
+    qualified = ctx.qualify(node.func) or _unimported_torch(node.func)
+    if reads_whole_file(qualified):
+        return STRONG
+    if qualified in SAME_DATA_CALLS or cuda_tensor_type(node.func, ctx):
+        if not node.args or _sizes_only(node, qualified):
+            return NONE  # `torch.LongTensor(bptt, bsz)`: an empty buffer of that shape
+        return data_evidence(ctx, node.args[0].value, depth + 1)
+    if qualified.startswith(("torch.", "numpy.")):
+        return NONE  # torch.randn, torch.zeros, nn.Linear(...), np.random.rand ...
+    func = node.func
+    if isinstance(func, cst.Attribute):
+        if func.attr.value == "to_numpy":
+            return _frame_evidence(ctx, func.value, depth)
+        if func.attr.value == "unsqueeze" and _leading_axis(node):
+            return NONE  # `transform(image).unsqueeze(0)`: one sample made a batch of one
+        if func.attr.value in SAME_DATA_METHODS:
+            return data_evidence(ctx, func.value, depth + 1)
+        if func.attr.value in ("sample", "next", "__next__"):
+            return NONE  # a replay-buffer / data-frame sample, an iterator's next batch
+    if isinstance(func, cst.Name) and func.value in ("next", "iter"):
+        return NONE  # one batch of a loader
+    return UNKNOWN
+
+
+def _frame_evidence(ctx: Context, frame: cst.BaseExpression, depth: int) -> int:
+    """`df.values`, `df[cols].to_numpy()`: a data frame's contents, unless the
+    frame is a reduction (`stats.max().values`) or one row of a loop."""
+    if isinstance(frame, cst.Call) and isinstance(frame.func, cst.Attribute) \
+            and frame.func.attr.value in _REDUCTIONS:
+        return NONE
+    inner = data_evidence(ctx, frame, depth + 1)
+    return NONE if inner == NONE else max(inner, WEAK)
+
+
+def picks_a_batch(node: cst.Subscript) -> bool:
+    """`X[i:i + bs]`, `data[idx]`, `x_val[:32]`: some rows picked by an index
+    or a literal bound, not the split."""
+    first = node.slice[0].slice if node.slice else None
+    if isinstance(first, cst.Slice) and any(
+            isinstance(bound, cst.Integer) for bound in (first.lower, first.upper)):
+        return True
+    if isinstance(first, cst.Index) and _literal_rows(first.value):
+        return True  # `dataset[0]`, `dataset[torch.tensor([1])]`: a row or two
+    for element in node.slice:
+        for name in names_within(element.slice):
+            words = set(name_words(name))
+            if words & _BATCH_INDEX_WORDS and not words & SPLITS:
+                return True
+    return False
+
+
+def _literal_rows(index: cst.BaseExpression) -> bool:
+    """`0`, `[1, 2]`, `torch.tensor([1])`: rows picked by number."""
+    if isinstance(index, cst.Call) and len(index.args) == 1:
+        index = index.args[0].value
+    if isinstance(index, (cst.List, cst.Tuple)):
+        return bool(index.elements) and all(isinstance(e.value, cst.Integer)
+                                            for e in index.elements)
+    return isinstance(index, cst.Integer)
+
+
+def _value_given(site: BindingSite) -> cst.BaseExpression:
+    """What an assignment gave the name: its element of `a, b = x, y`, the
+    whole unpacked value of `a, b = f()` (the element is unknown), else the value."""
+    source = site.unpacked_from
+    if source is None:
+        return site.value
+    if (type(source) is cst.Tuple or type(source) is cst.List) and site.unpacked_index is not None \
+            and site.unpacked_index < len(source.elements) \
+            and not any(type(e) is cst.StarredElement for e in source.elements):
+        return source.elements[site.unpacked_index].value
+    return source
+
+
+def _leading_axis(call: cst.Call) -> bool:
+    """`unsqueeze(0)` / `unsqueeze(dim=0)`: a new first axis of size one."""
+    axis = call_arg(call, "dim", position=0)
+    return axis is not None and type(axis.value) is cst.Integer and axis.value.value == "0"
+
+
+def _moves_itself(value: cst.BaseExpression, name: str) -> bool:
+    """`x.to(device)`, `x.cuda()` as the value bound to `x`: the same data, moved."""
+    return type(value) is cst.Call and type(value.func) is cst.Attribute \
+        and value.func.attr.value in ("to", "cuda") and dotted_name(value.func.value) == name
+
+
+def names_within(node: cst.CSTNode) -> list[str]:
+    """Every plain name in an expression, attribute names left out (`i`, `bs`, `perm`)."""
+    found: list[str] = []
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            found.append(current.value)
+        elif not isinstance(current, cst.Attribute):
+            stack.extend(children(current))
+    return found
+
+
+def _sizes_only(call: cst.Call, qualified: str) -> bool:
+    """`torch.FloatTensor(3, 4)`, `torch.BoolTensor(x.size())`: a shape, not data."""
+    if qualified.rsplit(".", 1)[-1] not in TENSOR_TYPES:
+        return False
+    first = call.args[0].value
+    if len(call.args) > 1 and call.args[1].keyword is None:
+        return True
+    if isinstance(first, cst.Integer):
+        return True
+    if isinstance(first, cst.Call) and isinstance(first.func, cst.Attribute):
+        return first.func.attr.value == "size"
+    return isinstance(first, cst.Attribute) and first.attr.value == "shape"
+
+
+def _unimported_torch(func: cst.BaseExpression) -> str:
+    name = dotted_name(func) or ""
+    return name if name.startswith("torch.") else ""
+
+
+def _is_literal(node: cst.BaseExpression) -> bool:
+    return isinstance(node, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.Integer, cst.Float,
+                             cst.SimpleString, cst.ListComp, cst.UnaryOperation))

@@ -7,17 +7,13 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from memlint.analysis.context import BindingSite, Context
+from memlint.analysis.context import Context
+from memlint.analysis.datasets import SAME_DATA_METHODS
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
-from memlint.analysis.names import call_arg, dotted_name
+from memlint.analysis.names import dotted_name
 from memlint.analysis.walker import children
-from memlint.analysis.torch_api import TENSOR_TYPES
 
 
-_SAME_DATA_METHODS = {"float", "double", "half", "bfloat16", "long", "int", "bool", "byte",
-                      "astype", "reshape", "view", "contiguous", "squeeze", "unsqueeze",
-                      "transpose", "permute", "flatten", "clone", "copy", "type", "to",
-                      "pin_memory", "numpy", "detach", "requires_grad_"}
 #: Keywords a move may carry and still be undone by dropping it (not `dtype`).
 _MOVE_ONLY_KEYWORDS = {"device", "non_blocking", "copy"}
 
@@ -46,15 +42,6 @@ class _Move:
     returned: bool = False  # moved in a `return`: the callers get it on the GPU
 
 
-def _literal_rows(index: cst.BaseExpression) -> bool:
-    """`0`, `[1, 2]`, `torch.tensor([1])`: rows picked by number."""
-    if isinstance(index, cst.Call) and len(index.args) == 1:
-        index = index.args[0].value
-    if isinstance(index, (cst.List, cst.Tuple)):
-        return bool(index.elements) and all(isinstance(e.value, cst.Integer)
-                                            for e in index.elements)
-    return isinstance(index, cst.Integer)
-
 
 def _without_move(value: cst.BaseExpression, ctx: Context
                   ) -> cst.BaseExpression | None:
@@ -70,7 +57,7 @@ def _without_move(value: cst.BaseExpression, ctx: Context
         if not _only_moves(value):
             return None
         return _without_move(value.func.value, ctx)
-    if value.func.attr.value not in _SAME_DATA_METHODS or any(
+    if value.func.attr.value not in SAME_DATA_METHODS or any(
             _puts_on_cuda(arg.value, ctx) for arg in value.args):
         return None
     inner = _without_move(value.func.value, ctx)
@@ -101,42 +88,6 @@ def _puts_on_cuda(node: cst.BaseExpression, ctx: Context) -> bool:
     return False
 
 
-def _value_given(site: BindingSite) -> cst.BaseExpression:
-    """What an assignment gave the name: its element of `a, b = x, y`, the
-    whole unpacked value of `a, b = f()` (the element is unknown), else the value."""
-    source = site.unpacked_from
-    if source is None:
-        return site.value
-    if (type(source) is cst.Tuple or type(source) is cst.List) and site.unpacked_index is not None \
-            and site.unpacked_index < len(source.elements) \
-            and not any(type(e) is cst.StarredElement for e in source.elements):
-        return source.elements[site.unpacked_index].value
-    return source
-
-
-def _leading_axis(call: cst.Call) -> bool:
-    """`unsqueeze(0)` / `unsqueeze(dim=0)`: a new first axis of size one."""
-    axis = call_arg(call, "dim", position=0)
-    return axis is not None and type(axis.value) is cst.Integer and axis.value.value == "0"
-
-
-def _moves_itself(value: cst.BaseExpression, name: str) -> bool:
-    """`x.to(device)`, `x.cuda()` as the value bound to `x`: the same data, moved."""
-    return type(value) is cst.Call and type(value.func) is cst.Attribute \
-        and value.func.attr.value in ("to", "cuda") and dotted_name(value.func.value) == name
-
-
-def _names_in(node: cst.CSTNode) -> list[str]:
-    found: list[str] = []
-    stack: list[cst.CSTNode] = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Name):
-            found.append(current.value)
-        elif not isinstance(current, cst.Attribute):
-            stack.extend(children(current))
-    return found
-
 
 def _chains_to(value: cst.BaseExpression, call: cst.Call) -> bool:
     """`call`, or `call.contiguous()`, `call.float()`: methods applied to its result."""
@@ -148,24 +99,6 @@ def _chains_to(value: cst.BaseExpression, call: cst.Call) -> bool:
         value = value.func.value
     return False
 
-
-def _sizes_only(call: cst.Call, qualified: str) -> bool:
-    """`torch.FloatTensor(3, 4)`, `torch.BoolTensor(x.size())`: a shape, not data."""
-    if qualified.rsplit(".", 1)[-1] not in TENSOR_TYPES:
-        return False
-    first = call.args[0].value
-    if len(call.args) > 1 and call.args[1].keyword is None:
-        return True
-    if isinstance(first, cst.Integer):
-        return True
-    if isinstance(first, cst.Call) and isinstance(first.func, cst.Attribute):
-        return first.func.attr.value == "size"
-    return isinstance(first, cst.Attribute) and first.attr.value == "shape"
-
-
-def _unimported_torch(func: cst.BaseExpression) -> str:
-    name = dotted_name(func) or ""
-    return name if name.startswith("torch.") else ""
 
 
 def _prefixes(name: str) -> list[str]:
@@ -208,10 +141,6 @@ def _names_used(unit: cst.FunctionDef | cst.SimpleStatementLine) -> set[str]:
             stack.extend(children(current))
     return found
 
-
-def _is_literal(node: cst.BaseExpression) -> bool:
-    return isinstance(node, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.Integer, cst.Float,
-                             cst.SimpleString, cst.ListComp, cst.UnaryOperation))
 
 
 def _shorten(node: cst.BaseExpression, limit: int = 40) -> str:

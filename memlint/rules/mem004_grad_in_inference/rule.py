@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import replace
-
 import libcst as cst
 
 from memlint.analysis.autograd_values import BackwardFlows
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
-from memlint.analysis.module_index import FunctionInfo, ModuleIndex
+from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import dotted_name, literal_bool
-from memlint.analysis.project import (Condition, Either, UnlessCalledToTrain,
-                                      UnlessCallersDisableGrad, UnlessForwardDisablesGrad,
-                                      UnlessProjectOnCpu)
+from memlint.analysis.project import Either, UnlessForwardDisablesGrad, UnlessProjectOnCpu
 from memlint.analysis.torch_api import GRAD_USERS, VARIABLE
-from memlint.finding import UNSAFE
-from memlint.rules.base import FixPlan, Rule, RuleOptions
+from memlint.rules.base import Rule, RuleOptions
 from memlint.rules.mem004_grad_in_inference.forwards import (VOLATILE_TOO, Forwards, Unit,
                                                              is_false, is_volatile)
+from memlint.rules.mem004_grad_in_inference.phases import (
+    GRAD_METHODS, LIGHTNING_HOOK, TORCH_ROOTS, after_train_call, evaluates_after_training,
+    inference_through_helpers, is_inference_name, no_grad_fix, part_of_training,
+    unless_elsewhere)
 
-#: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
-_INFERENCE_WORDS = {"eval", "evaluate", "evaluation", "validate", "validation", "valid", "val",
-                    "test", "testing", "predict", "prediction", "predictions", "infer",
-                    "inference", "generate", "generation", "sample", "sampling"}
-#: ... unless it trains too (`train_and_evaluate`, `fit_predict`).
-_TRAINING_WORDS = {"train", "training", "fit", "finetune", "optimize", "backward", "attack",
-                   "adversarial", "saliency", "gradcam", "cam", "grad", "gradient", "gradients"}
-_TORCH_ROOTS = ("torch", "torchvision", "transformers", "timm", "lightning", "pytorch_lightning")
-#: `zero_grad()`: gradients are computed in this step, in a backward here or in
-#: a library call handed the optimizer (`loss_scaler(loss, optimizer)`)
-_GRAD_METHODS = {"backward", "manual_backward", "requires_grad_", "retain_grad", "zero_grad"}
-_LIGHTNING_HOOK = re.compile(r"(validation|val|test|predict)_step$|.*_epoch_(start|end)$|on_.*")
 
 class GradInInference(Rule):
     """A forward pass in inference code (after `model.eval()`, or in a function
@@ -226,7 +212,7 @@ class GradInInference(Rule):
         self.finished[node] = unit
         if unit.wants_grad:
             self.grad_users.add(node)
-        if unit.forward is not None and (not unit.wants_grad or _evaluates_after_training(unit)):
+        if unit.forward is not None and (not unit.wants_grad or evaluates_after_training(unit)):
             self.pending.append(unit)
         if unit.volatile is not None and node.name.value != "__init__":
             self.volatile_units.append(unit)
@@ -252,7 +238,7 @@ class GradInInference(Rule):
         func = node.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
         qualified = self.ctx.qualify(func)
-        if method in _GRAD_METHODS or qualified in GRAD_USERS:
+        if method in GRAD_METHODS or qualified in GRAD_USERS:
             self.unit.wants_grad = True
             self.unit.grad_after_forward |= self.unit.forward is not None
             return
@@ -273,7 +259,7 @@ class GradInInference(Rule):
         if method in ("eval", "train") and isinstance(func, cst.Attribute):
             name = dotted_name(func.value)
             if name and method == "train" and not is_false(node):
-                self._close_top_level_inference(name)
+                self.units[-1] = after_train_call(self.unit, name)
             if name:
                 self.unit.evaluated[name] = method == "eval" or is_false(node)
                 if self.unit.evaluated[name]:
@@ -315,21 +301,8 @@ class GradInInference(Rule):
         unit = self.unit
         if unit.inference_named is None:
             unit.inference_named = isinstance(unit.node, cst.FunctionDef) \
-                and _is_inference_name(unit.node)
+                and is_inference_name(unit.node)
         return unit.inference_named
-
-    def _close_top_level_inference(self, module: str) -> None:
-        """`cnn.train()` at a script's top level after an unguarded eval
-        forward of `cnn`: that inference phase is over, and a backward from
-        here on trains (a notebook that alternates training and evaluation
-        cells). The phase keeps its finding; the next one starts afresh."""
-        unit = self.unit
-        if unit.node is not None or unit.forward is None or unit.wants_grad \
-                or unit.forward[2] != module:
-            return
-        self.units[-1] = replace(unit, forward=None, evaluated=dict(unit.evaluated),
-                                 eval_calls=dict(unit.eval_calls), on_gpu=dict(unit.on_gpu),
-                                 volatile=None, volatile_names=set(), any_forward=None)
 
     def _report_volatile(self, node: cst.Call, statement: cst.CSTNode | None) -> None:
         """One finding per function, where its first `volatile=True` is; a
@@ -340,13 +313,13 @@ class GradInInference(Rule):
                     statement, UnlessProjectOnCpu.here(self.ctx))
 
     def finish(self) -> None:
-        if not any(self.ctx.names.imports(root) for root in _TORCH_ROOTS):
+        if not any(self.ctx.names.imports(root) for root in TORCH_ROOTS):
             return  # mxnet / TensorFlow / JAX code records no graph outside its tapes
         reported: set[int] = set()
         for unit in self.pending:
             assert unit.forward is not None  # what made the unit pending
             call, statement, module = unit.forward
-            if (unit.wants_grad and not _evaluates_after_training(unit)) \
+            if (unit.wants_grad and not evaluates_after_training(unit)) \
                     or module in unit.frozen \
                     or self._left_alone(unit, module) \
                     or self.forwards.global_on_host(module):
@@ -355,7 +328,7 @@ class GradInInference(Rule):
                 continue
             reported.add(id(unit))
             info = self.index.info(unit.node) if unit.node is not None else None
-            unless = self._unless(info)
+            unless = unless_elsewhere(info, self.index, self.ctx, self.facts.module)
             if unit.forward_class is not None and unit.forward_class not in self.index.classes:
                 # a class of another file, whose forward may disable grad itself
                 unless = Either((unless, UnlessForwardDisablesGrad(unit.forward_class)))
@@ -370,7 +343,7 @@ class GradInInference(Rule):
                               "memory, outputs that hold their graphs); wrap the inference in "
                               "`with torch.no_grad():` or decorate the function with "
                               "@torch.no_grad()" + VOLATILE_TOO * (unit.volatile is not None),
-                        statement, unless, fix=self._decorate(unit.node),
+                        statement, unless, fix=no_grad_fix(unit.node, self.ctx),
                         related=[(unit.eval_calls[module], f"'{module}' is put in eval mode here")]
                         if unit.forward_after_eval and module in unit.eval_calls else [])
 
@@ -381,63 +354,21 @@ class GradInInference(Rule):
                     not unit.wants_grad or unit.volatile_after_eval or unit.volatile_fed):
                 self._report_volatile(*unit.volatile)
 
-    def _decorate(self, function: cst.FunctionDef | None) -> FixPlan | None:
-        """`@torch.no_grad()` right above the `def`. Unsafe: the function might
-        want gradients somewhere memlint did not see (a caller back-propagating
-        through what it returns). None at a script's top level (no function
-        to decorate), for `async def` (the decorator would not cover the
-        coroutine's body), and where `torch` is not imported as `torch`."""
-        if function is None or function.asynchronous is not None \
-                or self.ctx.names.qualify_name("torch") != "torch":
-            return None
-        return FixPlan(UNSAFE, f"decorate '{function.name.value}' with @torch.no_grad()",
-                       insertions=((function, "@torch.no_grad()"),))
-
-    def _unless(self, info: FunctionInfo | None) -> Condition:
-        """What the rest of the project may show: a CPU project, callers in
-        other files that all disable grad, or that call a method only to train."""
-        unless: Condition = UnlessProjectOnCpu.here(self.ctx)
-        if info is not None and info.class_name is None and not self.index.call_sites(info):
-            # called from other files only, perhaps all under no_grad
-            unless = Either((unless, UnlessCallersDisableGrad(
-                self.facts.module, info.name)))
-        elif info is not None and not self.index.call_sites(info):
-            # a method called from other files, perhaps only by training steps
-            unless = Either((unless, UnlessCalledToTrain(
-                self.facts.module, info.name)))
-        return unless
-
     def _report_inference_through_helpers(self) -> None:
         """An eval function whose forward runs in a helper of this file
         (`validate` puts the model in eval mode, then `run_batch(model, x)`
         runs it): reported at the call, where `with torch.no_grad():` goes."""
-        for unit in self.finished.values():
-            if unit.node is None or unit.forward is not None or unit.wants_grad \
-                    or unit.class_name is not None \
-                    or not (any(unit.evaluated.values()) or _is_inference_name(unit.node)):
-                continue  # (None: the top level, never among the finished units)
-            name = unit.node.name.value
-            info = self.index.info(unit.node)
-            if info is None or self.index.grad_disabled_by_callers(info) or (
-                    name.lstrip("_").startswith("test") and self.ctx.in_test_file):
-                continue
-            for site in info.calls:
-                helper = next((self.finished[c.node] for c in self.index.callees(site)
-                               if c.node in self.finished), None)
-                if site.grad_disabled or helper is None or helper.node is None \
-                        or helper.any_forward is None or helper.wants_grad \
-                        or helper.forward is not None or _is_inference_name(helper.node):
-                    continue
-                forward, module = helper.any_forward
-                called = helper.node.name.value
-                self.report(site.node, f"'{name}' runs inference through '{called}' with "
-                                       f"autograd on: '{module}' runs forward there and saves "
-                                       "every activation for a backward that never comes; wrap "
-                                       f"the call in `with torch.no_grad():` or decorate "
-                                       f"'{name}' with @torch.no_grad()",
-                            None, self._unless(info), fix=self._decorate(unit.node),
-                            related=[(forward, f"'{module}' runs forward here, in '{called}'")])
-                break
+        for function, info, site, called, forward, module in inference_through_helpers(
+                self.finished, self.index, self.ctx):
+            name = function.name.value
+            self.report(site.node, f"'{name}' runs inference through '{called}' with "
+                                   f"autograd on: '{module}' runs forward there and saves "
+                                   "every activation for a backward that never comes; wrap "
+                                   f"the call in `with torch.no_grad():` or decorate "
+                                   f"'{name}' with @torch.no_grad()",
+                        None, unless_elsewhere(info, self.index, self.ctx, self.facts.module),
+                        fix=no_grad_fix(function, self.ctx),
+                        related=[(forward, f"'{module}' runs forward here, in '{called}'")])
 
     def _left_alone(self, unit: Unit, module: str) -> bool:
         """Whether `unit`'s unguarded forward of `module` is no inference to report."""
@@ -448,7 +379,7 @@ class GradInInference(Rule):
             return True  # `test_*` and its `_test_*` helpers: "test" is pytest's word here
         if self.forwards.names_function(module, unit.class_name):
             return True  # a function defined further down the file, named like a model
-        if unit.class_name and _LIGHTNING_HOOK.fullmatch(name) \
+        if unit.class_name and LIGHTNING_HOOK.fullmatch(name) \
                 and self.forwards.is_lightning(unit.class_name):
             return True
         if unit.class_name and self.index.init_turns_grad_off(unit.class_name):
@@ -457,34 +388,7 @@ class GradInInference(Rule):
         if info is None:
             return False
         if not unit.forward_after_eval and (
-                self._part_of_training(info)
+                part_of_training(info, self.index, self.flows)
                 or self.forwards.is_model_method(unit, self.grad_users)):
             return True
         return self.index.grad_disabled_by_callers(info)
-
-    def _part_of_training(self, info: FunctionInfo) -> bool:
-        """A function whose result a caller here back-propagates, or that a
-        module's `forward` calls, is a building block of training, whatever
-        its name (`inference` run in a training step); one a training step
-        merely calls (`validate()` each epoch) is not."""
-        for site in self.index.call_sites(info):
-            caller = site.caller
-            if caller is not None and not site.grad_disabled \
-                    and caller.name in ("forward", "__call__"):
-                return True
-        return self.flows().result_backpropagated(info.node)
-
-
-def _evaluates_after_training(unit: Unit) -> bool:
-    """A function that trains and then evaluates (`model.eval()`, a test loop
-    with no backward after it: dgcnn's `train()`): its back-propagation is the
-    training phase's, not the evaluation's; Grad-CAM's backward comes after
-    its forward."""
-    return unit.node is not None and unit.forward_after_eval and not unit.grad_after_forward
-
-
-def _is_inference_name(node: cst.FunctionDef) -> bool:
-    words = set(re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", node.name.value).lower().split("_"))
-    return bool(words & _INFERENCE_WORDS) and not words & _TRAINING_WORDS
-
-

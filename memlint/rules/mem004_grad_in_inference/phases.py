@@ -1,0 +1,128 @@
+"""MEM004's small judgements about one function: is it named for inference,
+does it train before it evaluates, what fix and what project condition go
+with its finding. Kept apart from the rule so the rule reads as its query."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import libcst as cst
+
+from memlint.analysis.autograd_values import BackwardFlows
+from memlint.analysis.context import Context
+from memlint.analysis.module_index import CallSite, FunctionInfo, ModuleIndex
+from memlint.analysis.project import (Condition, Either, UnlessCalledToTrain,
+                                      UnlessCallersDisableGrad, UnlessProjectOnCpu)
+from memlint.finding import UNSAFE
+from memlint.rules.base import FixPlan
+from memlint.rules.mem004_grad_in_inference.forwards import Unit
+
+#: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
+_INFERENCE_WORDS = {"eval", "evaluate", "evaluation", "validate", "validation", "valid", "val",
+                    "test", "testing", "predict", "prediction", "predictions", "infer",
+                    "inference", "generate", "generation", "sample", "sampling"}
+#: ... unless it trains too (`train_and_evaluate`, `fit_predict`).
+_TRAINING_WORDS = {"train", "training", "fit", "finetune", "optimize", "backward", "attack",
+                   "adversarial", "saliency", "gradcam", "cam", "grad", "gradient", "gradients"}
+TORCH_ROOTS = ("torch", "torchvision", "transformers", "timm", "lightning", "pytorch_lightning")
+#: `zero_grad()`: gradients are computed in this step, in a backward here or in
+#: a library call handed the optimizer (`loss_scaler(loss, optimizer)`)
+GRAD_METHODS = {"backward", "manual_backward", "requires_grad_", "retain_grad", "zero_grad"}
+LIGHTNING_HOOK = re.compile(r"(validation|val|test|predict)_step$|.*_epoch_(start|end)$|on_.*")
+
+
+def evaluates_after_training(unit: Unit) -> bool:
+    """A function that trains and then evaluates (`model.eval()`, a test loop
+    with no backward after it: dgcnn's `train()`): its back-propagation is the
+    training phase's, not the evaluation's; Grad-CAM's backward comes after
+    its forward."""
+    return unit.node is not None and unit.forward_after_eval and not unit.grad_after_forward
+
+
+def is_inference_name(node: cst.FunctionDef) -> bool:
+    words = set(re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", node.name.value).lower().split("_"))
+    return bool(words & _INFERENCE_WORDS) and not words & _TRAINING_WORDS
+
+
+def after_train_call(unit: Unit, module: str) -> Unit:
+    """`cnn.train()` at a script's top level after an unguarded eval
+    forward of `cnn`: that inference phase is over, and a backward from
+    here on trains (a notebook that alternates training and evaluation
+    cells). The phase keeps its finding; the next one starts afresh."""
+    if unit.node is not None or unit.forward is None or unit.wants_grad \
+            or unit.forward[2] != module:
+        return unit
+    return replace(unit, forward=None, evaluated=dict(unit.evaluated),
+                   eval_calls=dict(unit.eval_calls), on_gpu=dict(unit.on_gpu),
+                   volatile=None, volatile_names=set(), any_forward=None)
+
+
+def no_grad_fix(function: cst.FunctionDef | None, ctx: Context) -> FixPlan | None:
+    """`@torch.no_grad()` right above the `def`. Unsafe: the function might
+    want gradients somewhere memlint did not see (a caller back-propagating
+    through what it returns). None at a script's top level (no function
+    to decorate), for `async def` (the decorator would not cover the
+    coroutine's body), and where `torch` is not imported as `torch`."""
+    if function is None or function.asynchronous is not None \
+            or ctx.names.qualify_name("torch") != "torch":
+        return None
+    return FixPlan(UNSAFE, f"decorate '{function.name.value}' with @torch.no_grad()",
+                   insertions=((function, "@torch.no_grad()"),))
+
+
+def unless_elsewhere(info: FunctionInfo | None, index: ModuleIndex, ctx: Context,
+                     module: str) -> Condition:
+    """What the rest of the project may show: a CPU project, callers in
+    other files that all disable grad, or that call a method only to train."""
+    unless: Condition = UnlessProjectOnCpu.here(ctx)
+    if info is not None and info.class_name is None and not index.call_sites(info):
+        # called from other files only, perhaps all under no_grad
+        unless = Either((unless, UnlessCallersDisableGrad(module, info.name)))
+    elif info is not None and not index.call_sites(info):
+        # a method called from other files, perhaps only by training steps
+        unless = Either((unless, UnlessCalledToTrain(module, info.name)))
+    return unless
+
+
+def part_of_training(info: FunctionInfo, index: ModuleIndex,
+                     flows: Callable[[], BackwardFlows]) -> bool:
+    """A function whose result a caller here back-propagates, or that a
+    module's `forward` calls, is a building block of training, whatever
+    its name (`inference` run in a training step); one a training step
+    merely calls (`validate()` each epoch) is not."""
+    for site in index.call_sites(info):
+        caller = site.caller
+        if caller is not None and not site.grad_disabled \
+                and caller.name in ("forward", "__call__"):
+            return True
+    return flows().result_backpropagated(info.node)
+
+
+def inference_through_helpers(finished: dict[cst.CSTNode, Unit], index: ModuleIndex,
+                              ctx: Context) -> Iterator[tuple[cst.FunctionDef, FunctionInfo,
+                                                              CallSite, str, cst.Call, str]]:
+    """Eval functions whose forward runs in a helper of this file: (the eval
+    function, its info, its first call of such a helper, the helper's name,
+    the helper's forward call, the module run there)."""
+    for unit in finished.values():
+        if unit.node is None or unit.forward is not None or unit.wants_grad \
+                or unit.class_name is not None \
+                or not (any(unit.evaluated.values()) or is_inference_name(unit.node)):
+            continue  # (None: the top level, never among the finished units)
+        name = unit.node.name.value
+        info = index.info(unit.node)
+        if info is None or index.grad_disabled_by_callers(info) or (
+                name.lstrip("_").startswith("test") and ctx.in_test_file):
+            continue
+        for site in info.calls:
+            helper = next((finished[c.node] for c in index.callees(site)
+                           if c.node in finished), None)
+            if site.grad_disabled or helper is None or helper.node is None \
+                    or helper.any_forward is None or helper.wants_grad \
+                    or helper.forward is not None or is_inference_name(helper.node):
+                continue
+            forward, module = helper.any_forward
+            yield unit.node, info, site, helper.node.name.value, forward, module
+            break
