@@ -1,7 +1,7 @@
 """The child process of `memlint verify`: runs the user's script as `__main__`
 with probes on the flagged statements and writes what they measured as JSON.
 
-    python -m memlint.verify.child SPEC.json
+    python -m memlint.verify.child SPEC.json [--wait-fd=N]
 
 SPEC holds the script, its arguments, the findings (id, line, code), the
 device, and where to write results (and optionally a memory snapshot and a
@@ -368,8 +368,25 @@ def for_this_rank(spec: dict) -> dict:
     return spec
 
 
+def _wait_for_spec(fd: int) -> bool:
+    """Started before its spec was written (runner.prestart): import what the
+    run imports anyway, torch above all, while the parent checks the script;
+    then wait for the parent's word. False: the run is off (pipe closed)."""
+    import torch  # noqa: F401 - imported now, it is not imported after the spec
+    import memlint.verify.account  # noqa: F401
+    import memlint.verify.instrument  # noqa: F401
+    import memlint.verify.judges  # noqa: F401
+    import memlint.verify.meters  # noqa: F401
+
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.read() == b"go"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) > 1 and argv[1].startswith("--wait-fd="):
+        if not _wait_for_spec(int(argv[1].split("=", 1)[1])):
+            return 0
     with open(argv[0], encoding="utf-8") as handle:
         spec = for_this_rank(json.load(handle))
     stacks = _dump_stacks_on_sigusr1(spec["stack_path"]) if spec.get("stack_path") else None

@@ -127,6 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:
         return 2 if stop.code else 0
 
+    from memlint.verify.runner import prestart
+
+    # one script, one process: its child starts now, and its import of torch
+    # hides the checks below (issue 28, item 7)
+    early = prestart(options.device) if len(options.paths) == 1 and \
+        os.path.isfile(options.paths[0]) and options.nproc_per_node is None else None
+    try:
+        return _verify(options, script_args, early)
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _verify(options: argparse.Namespace, script_args: list[str], early) -> int:
     from memlint.verify.runner import Options, cuda_problem, runnable_targets, verify_ranks
 
     try:
@@ -151,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                               snapshot=_per_script(options.snapshot, script, several),
                               timeline=options.plot is not None, seed=seed,
                               nproc_per_node=options.nproc_per_node,
-                              explain_peak=options.explain_peak)
+                              explain_peak=options.explain_peak, early=early)
         if options.fix:
             from memlint.verify.fix_effects import compare_fixes
 

@@ -6,6 +6,7 @@ which of its processes hold a CUDA context (NVML, else nvidia-smi)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -88,36 +89,95 @@ def cpu_seconds(pid: int) -> float | None:
     return (user + system) / os.sysconf("SC_CLK_TCK")
 
 
+class Prestarted:
+    """A child started before its spec is written (issue 28, item 7): it
+    imports torch (~3.5 s) while the parent checks the script and asks NVML,
+    which cost every run ~1 s on the wall clock before it, then waits on a pipe
+    (`--wait-fd=N`, child.main) until `go`. Its log is `work/child.log`; the
+    run that `claim`s it writes its spec into `work`."""
+
+    def __init__(self, command: list[str], env: dict, work: str) -> None:
+        self.command, self.work = command, work
+        read, self._go = os.pipe()
+        with open(os.path.join(work, "child.log"), "wb") as log:
+            self.child = subprocess.Popen([*command, f"--wait-fd={read}"], stdout=log,
+                                          stderr=subprocess.STDOUT, env=env,
+                                          start_new_session=True, pass_fds=(read,))
+        os.close(read)
+        self._claimed = self._went = False
+
+    @property
+    def available(self) -> bool:
+        return not self._claimed
+
+    def claim(self, command: list[str]) -> Prestarted | None:
+        """This child, once, for the run of `command` (None if already
+        claimed or started for another command)."""
+        if self._claimed or command != self.command:
+            return None
+        self._claimed = True
+        return self
+
+    def go(self) -> None:
+        """Let the child read its spec (written by now) and run."""
+        self._went = True
+        try:
+            os.write(self._go, b"go")
+        finally:
+            os.close(self._go)
+
+    def close(self) -> None:
+        """End a child that was never let go (the pipe closed unread tells it
+        to exit; the group is killed all the same) and remove `work`."""
+        if not self._went:
+            os.close(self._go)
+            kill_group(self.child.pid)
+            self.child.wait()
+            self._went = True
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
 def run_child(command: list[str], timeout: float, env: dict, log_path: str,
-              on_start=None, stack_path: str | None = None) -> ChildEnd:
-    """Run `command` in a new session and wait for it or the timeout.
+              on_start=None, stack_path: str | None = None,
+              early: Prestarted | None = None) -> ChildEnd:
+    """Run `command` in a new session (or let go `early`, the same command
+    started beforehand, logging to `log_path`) and wait for it or the timeout.
 
     On timeout, a child that has set up `stack_path` (its first line written)
     is asked for its Python stacks twice (SIGUSR1), STILL_SECONDS apart, while
     its CPU time is read, then to stop (SIGTERM).
     The whole process group is killed on the way out, so no worker outlives
     the run."""
+    if early is not None:
+        if on_start is not None:
+            on_start(early.child.pid)
+        early.go()
+        return _wait_child(early.child, timeout, stack_path)
     with open(log_path, "wb") as log:
         child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                  start_new_session=True)
         if on_start is not None:
             on_start(child.pid)
-        timed_out, busy = False, None
+        return _wait_child(child, timeout, stack_path)
+
+
+def _wait_child(child: subprocess.Popen, timeout: float, stack_path: str | None) -> ChildEnd:
+    timed_out, busy = False, None
+    try:
+        child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        if stack_path is not None and os.path.exists(stack_path) \
+                and os.path.getsize(stack_path) > 0:
+            busy = _dump_stacks_twice(child)
         try:
-            child.wait(timeout=timeout)
+            child.send_signal(signal.SIGTERM)
+            child.wait(timeout=GRACE_SECONDS)
         except subprocess.TimeoutExpired:
-            timed_out = True
-            if stack_path is not None and os.path.exists(stack_path) \
-                    and os.path.getsize(stack_path) > 0:
-                busy = _dump_stacks_twice(child)
-            try:
-                child.send_signal(signal.SIGTERM)
-                child.wait(timeout=GRACE_SECONDS)
-            except subprocess.TimeoutExpired:
-                pass
-        finally:
-            kill_group(child.pid)
-            child.wait()
+            pass
+    finally:
+        kill_group(child.pid)
+        child.wait()
     return ChildEnd(child.returncode, timed_out, busy)
 
 

@@ -3,12 +3,14 @@ process with probes on the flagged lines, and judge each finding."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -19,7 +21,7 @@ from memlint.verify.account import with_context
 from memlint.verify.context_probe import context_bytes
 from memlint.verify.instrument import is_runnable
 from memlint.verify.judges import CONFIRMED, ERROR, NOT_REACHED, Judgement, RunFacts, judge
-from memlint.verify.processes import ContextWatcher, run_child
+from memlint.verify.processes import ContextWatcher, Prestarted, run_child
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,6 +44,9 @@ class Options:
     #: peak (`--explain-peak`): off by default, its cost on a many-small-
     #: allocations program is not yet within the overhead goal (bench/verify-overhead)
     explain_peak: bool = False
+    #: a child started before the static check (`prestart`), used by the first
+    #: run whose command it matches
+    early: Prestarted | None = None
 
 
 @dataclass
@@ -106,6 +111,22 @@ def _child_env() -> dict:
     return env
 
 
+def prestart(device: str, python: str = sys.executable) -> Prestarted | None:
+    """The child of a plain run on `device`, started now so that its import of
+    torch hides the static check and the CUDA check (issue 28, item 7); the
+    caller `close`s it. None off CUDA, where no child is run early."""
+    if not device.startswith("cuda"):
+        return None
+    work = tempfile.mkdtemp(prefix="memlint-verify-")
+    return Prestarted(_child_command(python, None, os.path.join(work, "spec.json")), _child_env(),
+                      work)
+
+
+def _child_command(python: str, ranks: int | None, spec_path: str) -> list[str]:
+    launcher = _launcher(ranks) if ranks is not None else []
+    return [python, *launcher, "-m", "memlint.verify.child", spec_path]
+
+
 def verify_script(path: str, findings: list[Finding], options: Options,
                   source: str | None = None) -> ScriptRun:
     """Run one script with probes on `findings` and judge each of them;
@@ -160,17 +181,25 @@ def _launch(work: str, path: str, findings: list[Finding], options: Options,
         json.dump(spec, handle)
     # every run on a GPU: the account's other processes (workers, ranks, not ours)
     watcher = ContextWatcher() if options.device.startswith("cuda") else None
-    launcher = _launcher(ranks) if ranks is not None else []
+    command = _child_command(options.python, ranks, spec_path)
     context = _ContextBeside(options) if options.device.startswith("cuda") else None
     ended = run_child(
-        [options.python, *launcher, "-m", "memlint.verify.child", spec_path], options.timeout,
-        _child_env(), log_path, on_start=watcher.start if watcher else None,
-        stack_path=stack_path if ranks is None else None)  # torchrun's agent has no handler
+        command, options.timeout, _child_env(), log_path,
+        on_start=watcher.start if watcher else None,
+        stack_path=stack_path if ranks is None else None,  # torchrun's agent has no handler
+        early=_early(options, work, command))
     contexts = watcher.stop() if watcher else None
     with open(log_path, encoding="utf-8", errors="replace") as handle:
         log_tail = "".join(handle.readlines()[-15:])
     return _Launched(ended.status, ended.timed_out, contexts, log_tail, result_path, stack_path,
                      hits_path, ended.busy, context.value() if context is not None else None)
+
+
+def _early(options: Options, work: str, command: list[str]) -> Prestarted | None:
+    """The prestarted child, where it was started in `work` for `command`."""
+    if options.early is None or options.early.work != work:
+        return None
+    return options.early.claim(command)
 
 
 class _ContextBeside:
@@ -214,7 +243,7 @@ def _unmeasured(label: str, findings: list[Finding], launched: _Launched, why: s
 
 def _verify_one(path: str, findings: list[Finding], options: Options,
                 source: str | None = None) -> ScriptRun:
-    with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
+    with _work_dir(options) as work:
         launched = _launch(work, path, findings, options, source)
         raw = _measured(launched.result_path, launched)
         stop = where_stopped(launched.stack_path, os.path.abspath(path), launched.busy) \
@@ -232,6 +261,17 @@ def _verify_one(path: str, findings: list[Finding], options: Options,
                                      worker_hits),
                      raw["outcome"], raw.get("run_seconds"), launched.timed_out, raw,
                      launched.log_tail, stop.line, stop.stuck)
+
+
+@contextlib.contextmanager
+def _work_dir(options: Options) -> Iterator[str]:
+    """Where the run's files go: the prestarted child's folder while it is
+    unclaimed (its owner removes it), else a temporary one."""
+    if options.early is not None and options.early.available:
+        yield options.early.work
+        return
+    with tempfile.TemporaryDirectory(prefix="memlint-verify-") as work:
+        yield work
 
 
 def _launcher(ranks: int) -> list[str]:
