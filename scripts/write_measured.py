@@ -19,6 +19,7 @@ import csv
 import datetime
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,14 +90,7 @@ def figures_block(listings: tuple[str, ...], source: str,
 def _wrapped(text: str, width: int = 80) -> str:
     """A long string as adjacent literals, one per line, so the file stays within
     the line length."""
-    pieces, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + len(word) + 1 > width:
-            pieces.append(line + " ")
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    pieces.append(line)
+    pieces = textwrap.wrap(text, width, drop_whitespace=False, break_on_hyphens=False)
     return "\n          ".join(repr(piece) for piece in pieces)
 
 

@@ -26,3 +26,10 @@ def no_rule_in_preview(monkeypatch):
     monkeypatch.setattr(settings_module.Settings, "shows_preview", lambda self, code: True)
     monkeypatch.setattr(settings_module, "PREVIEW_CODES", frozenset())
     monkeypatch.setattr(cli, "PREVIEW_CODES", frozenset())
+
+
+@pytest.fixture
+def preview_filtered_as_shipped(monkeypatch):
+    """For the tests of preview itself: a finding a rule marks as preview is
+    filtered as `memlint` filters it, not shown as above."""
+    monkeypatch.setattr(settings_module.Settings, "shows_preview", SHOWS_PREVIEW)

@@ -10,14 +10,9 @@ from tests.expectations import FIXTURES, expected_findings, fixture_files
 FILES = fixture_files(".py")
 
 
-@pytest.fixture(autouse=True)
-def preview_findings_filtered(monkeypatch):
-    """Fixtures mark a rule's preview variant `(preview)`: filter as shipped
-    (conftest shows every finding to the other tests); whole rules in preview
-    stay on, so that a fixture does not move with the measured figures."""
-    from tests.conftest import SHOWS_PREVIEW
-
-    monkeypatch.setattr(Settings, "shows_preview", SHOWS_PREVIEW)
+#: fixtures mark a rule's preview variant `(preview)`; whole rules in preview
+#: stay on (conftest), so that a fixture does not move with the measured figures
+pytestmark = pytest.mark.usefixtures("preview_filtered_as_shipped")
 
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(FIXTURES)) for p in FILES])

@@ -12,12 +12,9 @@ from memlint.rules.measured import ENOUGH_JUDGED, Measured
 
 
 @pytest.fixture(autouse=True)
-def preview_as_shipped(monkeypatch):
+def preview_as_shipped(monkeypatch, preview_filtered_as_shipped):
     """Undo conftest's "every finding shown" for the tests of preview itself."""
-    from tests.conftest import SHOWS_PREVIEW
-
     monkeypatch.delenv("MEMLINT_PREVIEW")
-    monkeypatch.setattr(Settings, "shows_preview", SHOWS_PREVIEW)
 
 
 @pytest.fixture

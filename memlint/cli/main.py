@@ -817,9 +817,8 @@ def _list_rules() -> int:
 
     rows = [(code, name, "preview" if code in PREVIEW_CODES else "default", verdict_of(code),
              frequency_of(code), summary(code)) for code, name in NAMES_BY_CODE.items()]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
     header = ("code", "name", "runs", "precision on unseen code", "per 1k files", "summary")
-    widths = [max(width, len(title)) for width, title in zip(widths, header)]
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(5)]
     _write("".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths))
                    + f"  {row[5]}\n" for row in (header, *rows))
            + f"\nprecision: {SOURCE}; preview rules run with --preview or their code in "

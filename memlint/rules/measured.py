@@ -56,9 +56,13 @@ class Measured(NamedTuple):
         return self.true + self.false + self.debatable
 
     @property
+    def decided(self) -> int:
+        """The verdicts that were TRUE or FALSE: what precision is counted on."""
+        return self.true + self.false
+
+    @property
     def precision(self) -> float | None:
-        decided = self.true + self.false
-        return self.true / decided if decided else None
+        return self.true / self.decided if self.decided else None
 
     @property
     def debatable_share(self) -> float | None:
@@ -68,9 +72,9 @@ class Measured(NamedTuple):
     def trusted(self) -> bool:
         """Too few verdicts to tell keep a rule where it is, on by default,
         unless even they rule out the trusted precision (`CONFIDENCE`)."""
-        decided = self.true + self.false
         if self.judged < ENOUGH_JUDGED:
-            return not decided or precision_upper_bound(self.true, decided) >= TRUSTED_PRECISION
+            return not self.decided or \
+                precision_upper_bound(self.true, self.decided) >= TRUSTED_PRECISION
         precision, shrugged = self.precision, self.debatable_share
         return (precision is None or precision >= TRUSTED_PRECISION) \
             and shrugged is not None and shrugged <= TRUSTED_DEBATABLE_SHARE
@@ -79,8 +83,7 @@ class Measured(NamedTuple):
         """The figures as a reader needs them: precision, of how many, and the shrugs."""
         if not self.judged:
             return "not judged yet"
-        decided = self.true + self.false
-        shown = f"{self.precision:.2f} of {decided}" if decided else "none decided"
+        shown = f"{self.precision:.2f} of {self.decided}" if self.decided else "none decided"
         shown += f", {self.debatable_share:.0%} debatable"
         if self.judged >= ENOUGH_JUDGED:
             return shown
