@@ -17,7 +17,7 @@ from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.saved_files import (
     LIBRARIES, calls_in, file_named_in, holds_an_optimizer, holds_arguments,
-    holds_optimizer_state, is_item, moves_to_cpu, path_key, saves_cpu_values)
+    holds_model_state, holds_optimizer_state, is_item, moves_to_cpu, path_key, saves_cpu_values)
 
 
 class Load(NamedTuple):
@@ -48,6 +48,9 @@ class SavesSeen:
         #: the path expressions of `torch.save` calls, by whether what they saved is on the CPU
         self.saved_on_cpu: set[str] = set()
         self.saved_maybe_gpu: set[str] = set()
+        #: the path expressions of saves that hold a module's or an optimizer's state
+        self.saved_state: set[str] = set()
+        self.saves_checkpoints = False  # any save here holds a module's or optimizer's state
         #: names of models moved to a GPU so far (a model saved before is on the CPU)
         self.moved_to_gpu: set[str] = set()
         #: where each model name was last moved, in walk order: "cpu" after a
@@ -73,8 +76,12 @@ class SavesSeen:
             if holds_an_optimizer(saved, self.ctx):
                 collector.facts.optimizer_saves.add(file)
         key = path_key(path)
+        state = holds_model_state(saved, self.ctx, self.moved_to_gpu)
+        self.saves_checkpoints |= state
         if key is not None:
             (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
+            if state:
+                self.saved_state.add(key)
             self.last_saves.setdefault(self.ctx.function, {})[key] = on_cpu
         if collector is not None and (made_here is not None or moved_to_cpu) and not (
                 holds_optimizer_state(saved) or holds_arguments(saved)):
