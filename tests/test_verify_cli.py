@@ -90,6 +90,16 @@ def test_select_and_ignore_apply_over_the_projects_config(tmp_path):
     assert "MEM003" not in _settings(options).selected_codes(str(script))
 
 
+def test_preview_measures_what_check_preview_reports(tmp_path, monkeypatch):
+    from memlint.verify.cli import _settings
+
+    monkeypatch.delenv("MEMLINT_PREVIEW")
+    script = tmp_path / "train.py"
+    script.write_text("x = 1\n")
+    assert _settings(build_parser().parse_args([str(script)])).preview is False
+    assert _settings(build_parser().parse_args([str(script), "--preview"])).preview is True
+
+
 def test_a_script_named_alone_runs_without_findings_but_a_directory_skips_it(tmp_path):
     from memlint.engine.settings import Settings
     from memlint.verify.runner import runnable_targets

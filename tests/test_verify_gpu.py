@@ -175,7 +175,11 @@ def test_a_launch_shows_what_each_rank_holds_on_each_gpu():
 
 @pytest.mark.parametrize("name, args", [
     ("gpu_training.py", ("30",)), ("gpu_whole_dataset.py", ()),
-    ("gpu_predictions_kept.py", ())])
+    ("gpu_predictions_kept.py", ()),
+    pytest.param("gpu_peak_later_window.py", (), marks=pytest.mark.xfail(
+        strict=False, reason="seen on an H100 (torch 2.11): the recorder's second window "
+                             "never opened; the first window's snapshot stalled in the "
+                             "sampler thread (cause not located)"))])
 def test_the_peak_is_explained_by_parts_that_add_up_to_it(name, args):
     """Issue 28: the reserved peak broken into its parts, from the allocator's
     history; the parts sum to the allocator's own peak within 2 %."""
@@ -190,7 +194,10 @@ def test_the_peak_is_explained_by_parts_that_add_up_to_it(name, args):
     assert explained["parts"][CACHE] >= 0
     if name == "gpu_training.py":
         assert explained["parts"][PARAMETERS] >= 60 * MiB  # 3*64*64*2048 + 2048*2048 floats
+    held = {run.verified[int(fid)].finding.line: size
+            for fid, size in explained["findings"].items()}
     if name == "gpu_whole_dataset.py":  # line 8 keeps a 64 MiB array on the device
-        held = {run.verified[int(fid)].finding.line: size
-                for fid, size in explained["findings"].items()}
         assert held[8] >= 64 * MiB
+    if name == "gpu_peak_later_window.py":  # made in the first window, live at the peak
+        assert explained["windows"] >= 2, explained
+        assert held[22] >= 64 * MiB, explained

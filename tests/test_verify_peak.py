@@ -32,12 +32,14 @@ def free(addr: int, size: int, frames: list[dict]) -> list[dict]:
 
 
 def snapshot(events: list[dict], blocks: list[tuple[int, int, str]],
-             segment: int = 100) -> dict:
+             segment: int = 100, frames: dict[int, list[dict]] | None = None) -> dict:
     """One segment of `segment` MiB at address 0, holding `blocks`
-    (address, MiB, state) at the snapshot, after `events`."""
+    (address, MiB, state) at the snapshot, after `events`; `frames`: the
+    stacks the allocator kept for blocks made while the history was on."""
     return {"segments": [{"device": 0, "address": 0, "total_size": segment * MiB,
                           "blocks": [{"address": a, "size": s * MiB, "state": state,
-                                      "frames": []} for a, s, state in blocks]}],
+                                      "frames": (frames or {}).get(a, [])}
+                                     for a, s, state in blocks]}],
             "device_traces": [events]}
 
 
@@ -104,6 +106,19 @@ def test_blocks_made_before_the_history_are_other_tensors():
                           {3: (3, 3)})
     assert explained["parts"][OTHER] == 20 * MiB and explained["findings"] == {"3": 10 * MiB}
     assert sum(explained["parts"].values()) == 100 * MiB
+
+
+def test_a_block_made_in_an_earlier_window_is_still_its_lines():
+    """The recorder records in windows (while the reserve grows): a data set
+    put on the GPU in the first window and live at a later, higher peak is
+    still held by its flagged line (the LM run's three MEM001 lines showed 0 B
+    when the peak fell in a second window)."""
+    events = [alloc(20 * MiB, 10, at(9))]  # the second window: a batch at line 9
+    explained = breakdown(snapshot(events, [(0, 20, "active_allocated"),
+                                            (20 * MiB, 10, "active_allocated")],
+                                   frames={0: at(3)}), 0, SCRIPT, {3: (3, 3)})
+    assert explained["findings"] == {"3": 20 * MiB}
+    assert explained["parts"][FLAGGED] == 20 * MiB and explained["parts"][OTHER] == 10 * MiB
 
 
 def test_rows_say_what_each_finding_holds_of_the_peak():

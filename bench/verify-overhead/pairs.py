@@ -28,6 +28,12 @@ PROGRAMS = {
                "--outf", "/tmp/dcgan-out"]),
     "lm": ("word_language_model", "main.py", ["--accel", "--epochs", "1", "--save",
                                               "/tmp/lm-model.pt"]),
+    # DCGAN resumed from its own checkpoints (made first by `findings_session.sh`): the two
+    # `torch.load` lines MEM007 reports run, so verify's probes on them run too
+    "dcgan-resume": ("dcgan", "main.py",
+                     ["--dataset", "fake", "--accel", "--niter", "1", "--manualSeed", "1",
+                      "--outf", "/tmp/dcgan-out", "--netG", "/tmp/dcgan-ckpt/netG_epoch_0.pth",
+                      "--netD", "/tmp/dcgan-ckpt/netD_epoch_0.pth"]),
 }
 
 

@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated codes or prefixes (replaces the config's)")
     parser.add_argument("--ignore", default=None,
                         help="comma-separated codes or prefixes (replaces the config's)")
+    parser.add_argument("--preview", action="store_true",
+                        help="also measure the findings of rules in preview, as `memlint check "
+                             "--preview` reports them")
     parser.add_argument("--output-format", "--format", dest="format", choices=("text", "json"),
                         default="text", help="output format (default: text)")
     parser.add_argument("--snapshot", metavar="OUT.pickle",
@@ -82,7 +85,7 @@ def _settings(options: argparse.Namespace) -> Settings:
     select = parse_codes(options.select, "--select") if options.select is not None else None
     ignore = parse_codes(options.ignore, "--ignore", ignoring=True) \
         if options.ignore is not None else None
-    return apply_overrides(settings, select=select, ignore=ignore)
+    return apply_overrides(settings, select=select, ignore=ignore, preview=options.preview)
 
 
 def _checked_settings(options: argparse.Namespace) -> Settings:

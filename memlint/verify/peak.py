@@ -227,9 +227,12 @@ def breakdown(snapshot: dict, device_index: int, script: str,
     for event in events[:best_at + 1]:
         if event["action"] == "alloc":
             made_at[event["addr"]] = event.get("frames") or []
-    for address, (size, _) in list(live.items()):
-        # None: made before the history began, nothing known of where
-        live[address] = (size, made_at.get(address))
+    for address, (size, recorded) in list(live.items()):
+        # made in this window: its alloc event; made in an earlier window (the
+        # history is off between windows) and live since: the block's own
+        # frames, which the allocator keeps until the block is made again;
+        # None: made while the history was off, nothing known of where
+        live[address] = (size, made_at.get(address, recorded or None))
     ends = sorted(live)
     kinds = {kind: 0 for kind in KINDS}
     by_finding = {finding: 0 for finding in spans}
