@@ -9,6 +9,13 @@ verdicts only (a test recounts them).
 `--corpus-run` is a `bench/review/score.py --save` run of the whole review
 corpus (every rule, preview included); its trees in `.review/` give the number
 of Python files.
+
+A rule's figures are those of its default findings: the findings a rule put
+in a preview variant of its own (JSON `"preview": true`, e.g. MEM007 on a file
+the code does not show to be a checkpoint) run only with `--preview` and are
+counted apart, as `<code> (preview variant)`. Which findings those were is
+read from the judge's saved run: `--judged-run heldout9_a=RUN.json` writes
+`bench/review/judged/heldout9_a.json`, committed beside the verdicts.
 """
 
 from __future__ import annotations
@@ -42,10 +49,25 @@ def heldout_repos(listings: tuple[str, ...]) -> list[str]:
     return repos
 
 
+def preview_variants(listings: tuple[str, ...]) -> set[tuple[str, str, str, str]]:
+    """(repo, path, line, code) of the judged findings that were in a preview
+    variant of their rule, from `bench/review/judged/<listing>.json`."""
+    found: set[tuple[str, str, str, str]] = set()
+    for pattern in listings:
+        for listing in sorted((REVIEW / "repos").glob(f"{pattern}.csv")):
+            judged = REVIEW / "judged" / f"{listing.stem}.json"
+            if judged.exists():
+                for repo, keys in json.loads(judged.read_text(encoding="utf-8")).items():
+                    found.update((repo, path, str(line), code) for path, line, code in keys)
+    return found
+
+
 def heldout_verdicts(listings: tuple[str, ...]) -> dict[str, collections.Counter]:
-    """Per rule, how many findings of the held-out sets were judged TRUE,
-    FALSE and DEBATABLE (misses are not findings)."""
+    """Per rule, how many of its default findings in the held-out sets were
+    judged TRUE, FALSE and DEBATABLE (misses are not findings; findings of a
+    preview variant are counted under `<code> (preview variant)`)."""
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    variants = preview_variants(listings)
     for repo in heldout_repos(listings):
         path = REVIEW / "verdicts" / f"{repo.replace('/', '+')}.csv"
         if not path.exists():
@@ -53,8 +75,22 @@ def heldout_verdicts(listings: tuple[str, ...]) -> dict[str, collections.Counter
         with open(path, newline="") as handle:
             for row in csv.DictReader(handle):
                 if row["verdict"] in VERDICTS:
-                    counts[row["code"]][row["verdict"]] += 1
+                    key = (repo, row["path"], row["line"], row["code"])
+                    code = row["code"] + (" (preview variant)" if key in variants else "")
+                    counts[code][row["verdict"]] += 1
     return counts
+
+
+def write_judged(listing: str, run_path: Path) -> None:
+    """Keep, from a judge's saved run, which findings were in a preview variant."""
+    run = json.loads(run_path.read_text(encoding="utf-8"))
+    keys = {repo: sorted([f["path"], f["line"], f["code"]] for f in result["findings"]
+                         if f.get("preview"))
+            for repo, result in run.items()}
+    target = REVIEW / "judged" / f"{listing}.json"
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(json.dumps({r: k for r, k in sorted(keys.items()) if k}, indent=1) + "\n",
+                      encoding="utf-8")
 
 
 def per_thousand_files(run_path: Path, work: Path) -> tuple[dict[str, float], int, int]:
@@ -103,7 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus-run", type=Path, required=True,
                         help="bench/review/score.py --save of the whole corpus")
     parser.add_argument("--work", type=Path, default=ROOT / ".review")
+    parser.add_argument("--judged-run", action="append", default=[], metavar="LISTING=RUN",
+                        help="a judge's saved run of a listing: which findings were in a "
+                             "preview variant (writes bench/review/judged/LISTING.json)")
     args = parser.parse_args(argv)
+    for item in args.judged_run:
+        listing, _, run = item.partition("=")
+        write_judged(listing, Path(run))
 
     listings = tuple(args.heldout)
     counts = heldout_verdicts(listings)

@@ -182,3 +182,35 @@ def test_the_project_severity_wins_over_a_findings_own():
     assert Settings(severities={"MEM007": "error"}).severity_of("MEM007", "note") == "error"
     assert Settings().severity_of("MEM007", "note") == "note"
     assert Settings().severity_of("MEM007") == "warning"
+
+
+def test_findings_of_a_preview_variant_do_not_count_for_their_rule(tmp_path, monkeypatch):
+    """A rule's figures are its default findings'; the findings it put in a
+    preview variant (from the judge's saved run) are counted apart."""
+    import json
+    import sys
+    from pathlib import Path
+
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        import write_measured
+    finally:
+        sys.path.remove(scripts)
+    review = tmp_path / "review"
+    (review / "repos").mkdir(parents=True)
+    (review / "verdicts").mkdir()
+    (review / "repos" / "set_a.csv").write_text("repo,commit,kind\no/r,abc,x\n")
+    (review / "verdicts" / "o+r.csv").write_text(
+        "path,line,code,verdict,reason\n"
+        "train.py,3,MEM007,TRUE,a checkpoint\nutils.py,9,MEM007,FALSE,a step counter\n")
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"o/r": {"findings": [
+        {"path": "train.py", "line": 3, "code": "MEM007", "preview": False},
+        {"path": "utils.py", "line": 9, "code": "MEM007", "preview": True}]}}))
+    monkeypatch.setattr(write_measured, "REVIEW", review)
+    assert write_measured.heldout_verdicts(("set_a",))["MEM007"]["FALSE"] == 1
+    write_measured.write_judged("set_a", run)
+    counts = write_measured.heldout_verdicts(("set_a",))
+    assert (counts["MEM007"]["TRUE"], counts["MEM007"]["FALSE"]) == (1, 0)
+    assert counts["MEM007 (preview variant)"]["FALSE"] == 1
