@@ -440,3 +440,57 @@ def _unimported_torch(func: cst.BaseExpression) -> str:
 def _is_literal(node: cst.BaseExpression) -> bool:
     return isinstance(node, (cst.List, cst.Tuple, cst.Set, cst.Dict, cst.Integer, cst.Float,
                              cst.SimpleString, cst.ListComp, cst.UnaryOperation))
+
+
+#: Calls that decode one sample from an image, audio or video file into numbers.
+MEDIA_DECODERS = {
+    "PIL.Image.open", "cv2.imread", "cv2.VideoCapture", "imageio.imread", "imageio.v2.imread",
+    "imageio.v3.imread", "skimage.io.imread", "torchvision.io.read_image",
+    "torchvision.io.decode_image", "torchvision.io.read_video", "torchvision.io.decode_jpeg",
+    "torchvision.datasets.folder.default_loader", "torchvision.datasets.folder.pil_loader",
+    "torchaudio.load", "soundfile.read", "librosa.load", "scipy.io.wavfile.read",
+}
+#: Transforms that turn a decoded image into a floating-point tensor.
+FLOAT_IMAGE_TRANSFORMS = {
+    "torchvision.transforms.ToTensor", "torchvision.transforms.functional.to_tensor",
+    "torchvision.transforms.v2.ToTensor", "torchvision.transforms.v2.ToDtype",
+}
+#: Data sets of decoded images, audio or video.
+_MEDIA_DATASETS = ("torchvision.datasets.", "torchaudio.datasets.")
+
+
+def decodes_media(qualified: str | None) -> bool:
+    """A call that makes floating-point samples out of media files."""
+    return qualified in MEDIA_DECODERS or qualified in FLOAT_IMAGE_TRANSFORMS
+
+
+def is_media_dataset(qualified: str | None) -> bool:
+    """A library data set (or base class) of decoded images, audio or video."""
+    return bool(qualified) and qualified.startswith(_MEDIA_DATASETS)  # type: ignore[union-attr]
+
+
+def gives_media_samples(dataset: cst.BaseExpression | None, ctx: Context) -> bool:
+    """A data set whose samples are images, audio or video decoded into
+    floating-point tensors, as far as its construction shows: a torchvision or
+    torchaudio data set, or one given a transform that makes float tensors
+    (`transform=transforms.Compose([..., transforms.ToTensor()])`, also through
+    a name bound to it). A project's own data set class is asked separately
+    (does a method of it decode media?)."""
+    if not isinstance(dataset, cst.Call):
+        return False
+    if is_media_dataset(ctx.qualify(dataset.func)):
+        return True
+    pending: list[cst.CSTNode] = [ctx.resolve(arg.value) for arg in dataset.args]
+    for _ in range(200):
+        if not pending:
+            break
+        node = pending.pop()
+        if isinstance(node, cst.Call) and decodes_media(ctx.qualify(node.func)):
+            return True
+        if isinstance(node, cst.Name):
+            resolved = ctx.resolve(node)
+            if resolved is not node:
+                pending.append(resolved)
+            continue
+        pending.extend(children(node))
+    return False

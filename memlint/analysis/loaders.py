@@ -19,7 +19,8 @@ from memlint.analysis.devices import string_value
 from memlint.analysis.flows import returns_its_argument
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, has_star_args, literal_bool
-from memlint.analysis.torch_api import INTEGER_DTYPES, INTEGER_FACTORIES, TENSOR_DATASETS
+from memlint.analysis.torch_api import (FLOAT_DTYPES, FLOAT_FACTORIES, INTEGER_DTYPES,
+                                        INTEGER_FACTORIES, TENSOR_DATASETS)
 
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
 #: collate_fn, pin_memory, ...)
@@ -103,6 +104,35 @@ def integer_tensor(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> b
     if dtype is not None:
         return ctx.qualify(dtype.value) in INTEGER_DTYPES
     return qualified in INTEGER_FACTORIES
+
+
+_FLOAT_METHODS = {"float", "half", "double", "bfloat16"}
+
+
+def float_tensor(value: cst.BaseExpression, ctx: Context) -> bool:
+    """A tensor built as floating point (`torch.randn(n, 3, 32, 32)`,
+    `torch.from_numpy(x).float()`, `dtype=torch.float32`), through names
+    bound to one: samples, features, pixels."""
+    value = ctx.resolve(value)
+    if not isinstance(value, cst.Call):
+        return False
+    func = value.func
+    if isinstance(func, cst.Attribute) and func.attr.value in _FLOAT_METHODS and not value.args:
+        return True
+    if isinstance(func, cst.Attribute) and func.attr.value == "to" and value.args:
+        return ctx.qualify(value.args[0].value) in FLOAT_DTYPES
+    dtype = call_arg(value, "dtype")
+    if dtype is not None:
+        return ctx.qualify(dtype.value) in FLOAT_DTYPES
+    return ctx.qualify(func) in FLOAT_FACTORIES
+
+
+def float_batches(dataset: cst.BaseExpression | None, ctx: Context) -> bool:
+    """A `TensorDataset` with a floating-point tensor among its own: its
+    batches carry samples or feature rows (issue 25: worth pinning)."""
+    if not isinstance(dataset, cst.Call) or ctx.qualify(dataset.func) not in TENSOR_DATASETS:
+        return False
+    return any(arg.star == "" and float_tensor(arg.value, ctx) for arg in dataset.args)
 
 
 def integer_batches(dataset: cst.BaseExpression | None, ctx: Context) -> bool:

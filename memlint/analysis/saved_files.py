@@ -241,9 +241,10 @@ def holds_model_state(saved: cst.BaseExpression, ctx: Context, models: set[str])
     """What a checkpoint is: a module's or an optimizer's state
     (`model.state_dict()`, `{"model": net.state_dict(), ...}`, a list built
     from them), a module itself (one of `models`, the names moved to a GPU),
-    or values moved to a GPU in the saved expression. A step counter, a study, a report or a buffer of outputs is not:
-    a load of such a file restores whatever it holds, which the code does
-    not show to be GPU tensors. Names are followed through their bindings a
+    or values moved to a GPU in the saved expression. A step counter, a
+    study, a report or a buffer of outputs is not: a load of such a file
+    restores whatever it holds, which the code does not show to be GPU
+    tensors. Names are followed through their bindings a
     few steps, inside dicts, lists and comprehensions."""
     pending, seen = [saved], 0
     while pending and seen < 32:

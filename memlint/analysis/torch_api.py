@@ -40,6 +40,12 @@ INTEGER_FACTORIES: frozenset[str] = frozenset({"torch.arange", "torch.randint", 
                                                "torch.LongTensor", "torch.IntTensor"})
 INTEGER_DTYPES: frozenset[str] = frozenset(f"torch.{name}" for name in (
     "long", "int64", "int", "int32", "int16", "int8", "uint8", "short"))
+#: tensor factories whose result is floating point unless told otherwise
+FLOAT_FACTORIES: frozenset[str] = frozenset({"torch.randn", "torch.rand", "torch.randn_like",
+                                             "torch.rand_like", "torch.normal",
+                                             "torch.FloatTensor", "torch.linspace"})
+FLOAT_DTYPES: frozenset[str] = frozenset(f"torch.{name}" for name in (
+    "float", "float32", "float16", "half", "bfloat16", "double", "float64"))
 #: functions that join tensors into one (a growing result when fed their own output)
 CONCATENATIONS: frozenset[str] = frozenset({
     "torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.hstack",

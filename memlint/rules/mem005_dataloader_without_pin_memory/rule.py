@@ -7,6 +7,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from memlint.analysis.context import Context
+from memlint.analysis.datasets import decodes_media, gives_media_samples, is_media_dataset
 from memlint.analysis.devices import (CudaReturns, callers_pass_cuda, cpu_default_parameter,
                                       creates_on_cuda, gives_host_tensors,
                                       gives_no_host_tensors, is_cuda_device, moves_to_cuda,
@@ -14,7 +15,7 @@ from memlint.analysis.devices import (CudaReturns, callers_pass_cuda, cpu_defaul
 from memlint.analysis.flows import (GPU, STAY, UNKNOWN, ValueFlows, collate_moves_to_device,
                                     root_name)
 from memlint.analysis.loaders import (PIN_MEMORY_POSITION, LoaderArguments, collate_is_identity,
-                                      integer_batches)
+                                      float_batches, integer_batches)
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
@@ -38,6 +39,7 @@ class _Loader(NamedTuple):
     assigned: str | None  # the name it is assigned to (`self.train_loader`)
     owner: cst.FunctionDef | None  # the function it is a local variable of
     host_dataset: bool  # its dataset is known to give host tensors (torchvision, TensorDataset)
+    media: bool  # its samples are floats: decoded images, audio or video, float tensors
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -181,12 +183,21 @@ class DataLoaderWithoutPinMemory(Rule):
         #: function whose parameter defaulting to the CPU names that device, if so
         self.copies: list[tuple[cst.Call, cst.FunctionDef | None, str]] = []
         self.copies_non_blocking = False
+        #: classes of this module that decode media into samples (or derive a media data set)
+        self.media_classes: set[str] = set()
         #: a copy goes to a device the program picks when it runs (`.to(device)`,
         #: `args.device`), so it may run on a host without CUDA
         self.device_chosen_at_run_time = False
 
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if any(is_media_dataset(self.ctx.qualify(base.value)) for base in node.bases):
+            self.media_classes.add(node.name.value)
+
     def visit_Call(self, node: cst.Call) -> None:
         copies = moves = False
+        class_def = self.ctx.class_def
+        if class_def is not None and decodes_media(self.ctx.qualify(node.func)):
+            self.media_classes.add(class_def.name.value)
         if self.ctx.qualify(node.func) in DATA_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
@@ -240,7 +251,9 @@ class DataLoaderWithoutPinMemory(Rule):
         owner = self.ctx.function if assigned is not None and "." not in assigned else None
         host_dataset = gives_host_tensors(dataset_value, self.ctx)
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
-                                     dataset_class, escapes, assigned, owner, host_dataset))
+                                     dataset_class, escapes, assigned, owner, host_dataset,
+                                     gives_media_samples(dataset_value, self.ctx)
+                                     or float_batches(dataset_value, self.ctx)))
 
     def _private_target(self) -> str | None:
         """The name a loader is assigned to where no other file can read it:
@@ -302,7 +315,12 @@ class DataLoaderWithoutPinMemory(Rule):
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
         first_copy, called_elsewhere = self._first_copy()
         for loader in self.unpinned:
-            node, statement, written, target, dataset_class, escapes, assigned, owner, _ = loader
+            node, statement, written, target, dataset_class, escapes, assigned, owner = loader[:8]
+            # where the cost is shown to matter (issue 25): batches of floating-point
+            # samples (decoded images, audio or video, float tensors); other loaders
+            # (of data the code does not show) are in preview
+            preview = not (loader.media or (dataset_class or "").rsplit(".", 1)[-1]
+                           in self.media_classes)
             if target is not None and self.names.uses_of(target, assigned, owner) <= 1:
                 continue  # built and never used: no batch of it is ever copied
             batches, handed_out = self._where_batches_go(assigned, owner)
@@ -320,14 +338,14 @@ class DataLoaderWithoutPinMemory(Rule):
                     self.report(node, self.HANDED.format(loader=written, callees=", ".join(
                         sorted(f"'{name}'" for _, name in callees))), statement,
                         UnlessNoCalleeCopiesToCuda(self.facts.module, tuple(sorted(callees))),
-                        fix=self._pin(loader))
+                        fix=self._pin(loader), preview=preview)
                     continue
                 if not escapes:
                     continue  # used where it is built: no importer iterates it
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
                             UnlessNoImporterCopiesToCuda(self.facts.module),
-                            fix=self._pin(loader))
+                            fix=self._pin(loader), preview=preview)
                 continue
             unless: Condition = UnlessProjectOnCpu.here(self.ctx)
             if called_elsewhere:  # a device parameter that only other files may set to a GPU
@@ -338,7 +356,8 @@ class DataLoaderWithoutPinMemory(Rule):
                                                   when=run_with(self.facts)),
                         statement, unless, fix=self._pin(loader),
                         related=[(first_copy, "copied to a CUDA device here: this "
-                                                   "module's batches go to the GPU")])
+                                                   "module's batches go to the GPU")],
+                        preview=preview)
 
     def _pin(self, loader: _Loader) -> FixPlan:
         """`pin_memory=True` changes no value, only where the host keeps a batch:
