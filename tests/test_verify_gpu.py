@@ -176,10 +176,7 @@ def test_a_launch_shows_what_each_rank_holds_on_each_gpu():
 @pytest.mark.parametrize("name, args", [
     ("gpu_training.py", ("30",)), ("gpu_whole_dataset.py", ()),
     ("gpu_predictions_kept.py", ()),
-    pytest.param("gpu_peak_later_window.py", (), marks=pytest.mark.xfail(
-        strict=False, reason="seen on an H100 (torch 2.11): the recorder's second window "
-                             "never opened; the first window's snapshot stalled in the "
-                             "sampler thread (cause not located)"))])
+    ("gpu_peak_later_window.py", ())])
 def test_the_peak_is_explained_by_parts_that_add_up_to_it(name, args):
     """Issue 28: the reserved peak broken into its parts, from the allocator's
     history; the parts sum to the allocator's own peak within 2 %."""

@@ -65,3 +65,15 @@ def test_a_child_started_for_another_command_is_not_claimed():
 
 def test_prestart_is_for_cuda_runs_only():
     assert runner.prestart("cpu") is None
+
+
+def test_a_child_prestarted_for_explain_peak_imports_what_the_snapshot_needs(monkeypatch):
+    """The allocator's first snapshot imports torch._inductor (~4 s in the
+    sampler thread, stalling the program, seen on an H100): a child started
+    for `--explain-peak` imports it while it waits, a plain one does not."""
+    started: list[dict] = []
+    monkeypatch.setattr(runner, "Prestarted", lambda command, env, work: started.append(env))
+    monkeypatch.setattr(runner.tempfile, "mkdtemp", lambda prefix: "/nonexistent")
+    runner.prestart("cuda:0")
+    runner.prestart("cuda:0", explain_peak=True)
+    assert [env.get(runner.PRELOAD_INDUCTOR) for env in started] == [None, "1"]

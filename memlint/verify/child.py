@@ -276,7 +276,14 @@ def _peak_recorder(spec: dict, device, script: str, statements):
     if not spec.get("explain_peak"):
         return None
     import torch
+    import torch._inductor  # noqa: F401 - see below
     from memlint.verify.peak import PeakRecorder, breakdown
+
+    # The allocator's snapshot imports torch._inductor (and with it dynamo and
+    # sympy) the first time it is taken: ~4 s in the sampler thread, holding
+    # the GIL, that stalled the program and the first window's snapshot
+    # (issue 28; seen on an H100, torch 2.11). Imported here, before the
+    # script runs, or while a prestarted child waits (PRELOAD_INDUCTOR).
 
     spans = {fid: (s.line, s.end_line) for s in statements for fid, _ in s.findings}
     index = device.torch_device.index if device.torch_device.index is not None else 0
@@ -368,11 +375,18 @@ def for_this_rank(spec: dict) -> dict:
     return spec
 
 
+#: set by the parent for `--explain-peak`: a prestarted child imports
+#: torch._inductor while it waits (see `_peak_recorder`)
+PRELOAD_INDUCTOR = "MEMLINT_VERIFY_PRELOAD_INDUCTOR"
+
+
 def _wait_for_spec(fd: int) -> bool:
     """Started before its spec was written (runner.prestart): import what the
     run imports anyway, torch above all, while the parent checks the script;
     then wait for the parent's word. False: the run is off (pipe closed)."""
     import torch  # noqa: F401 - imported now, it is not imported after the spec
+    if os.environ.get(PRELOAD_INDUCTOR):
+        import torch._inductor  # noqa: F401 - what the peak recorder's snapshot imports
     import memlint.verify.account  # noqa: F401
     import memlint.verify.instrument  # noqa: F401
     import memlint.verify.judges  # noqa: F401

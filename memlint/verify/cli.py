@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # one script, one process: its child starts now, and its import of torch
     # hides the checks below (issue 28, item 7)
-    early = prestart(options.device) if len(options.paths) == 1 and \
+    early = prestart(options.device, explain_peak=options.explain_peak) \
+        if len(options.paths) == 1 and \
         os.path.isfile(options.paths[0]) and options.nproc_per_node is None else None
     try:
         return _verify(options, script_args, early)

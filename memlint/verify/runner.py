@@ -18,6 +18,7 @@ from memlint.engine import check_file, discover
 from memlint.finding import Finding
 from memlint.engine.settings import Settings
 from memlint.verify.account import with_context
+from memlint.verify.child import PRELOAD_INDUCTOR
 from memlint.verify.context_probe import context_bytes
 from memlint.verify.instrument import is_runnable
 from memlint.verify.judges import CONFIRMED, ERROR, NOT_REACHED, Judgement, RunFacts, judge
@@ -111,15 +112,19 @@ def _child_env() -> dict:
     return env
 
 
-def prestart(device: str, python: str = sys.executable) -> Prestarted | None:
+def prestart(device: str, python: str = sys.executable,
+             explain_peak: bool = False) -> Prestarted | None:
     """The child of a plain run on `device`, started now so that its import of
     torch hides the static check and the CUDA check (issue 28, item 7); the
-    caller `close`s it. None off CUDA, where no child is run early."""
+    caller `close`s it. None off CUDA, where no child is run early. With
+    `explain_peak` it also imports what the peak recorder's snapshot needs."""
     if not device.startswith("cuda"):
         return None
     work = tempfile.mkdtemp(prefix="memlint-verify-")
-    return Prestarted(_child_command(python, None, os.path.join(work, "spec.json")), _child_env(),
-                      work)
+    env = _child_env()
+    if explain_peak:
+        env[PRELOAD_INDUCTOR] = "1"
+    return Prestarted(_child_command(python, None, os.path.join(work, "spec.json")), env, work)
 
 
 def _child_command(python: str, ranks: int | None, spec_path: str) -> list[str]:
