@@ -3,8 +3,8 @@ the held-out review sets as judged, and how often the rule fires on the review
 corpus. They decide which rules run by default, so they come from committed
 verdicts only (a test recounts them).
 
-    python scripts/write_measured.py --heldout 'heldout7_*' --heldout 'heldout8_*' \\
-        --judged-at 1a2b3c4 --corpus-run corpus.json
+    python scripts/write_measured.py --heldout 'heldout8_*' --judged-at bd0d671 \\
+        --heldout 'heldout9_*' --judged-at 41f1c8e --corpus-run corpus.json
 
 `--corpus-run` is a `bench/review/score.py --save` run of the whole review
 corpus (every rule, preview included); its trees in `.review/` give the number
@@ -134,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--heldout", action="append", required=True, metavar="GLOB",
                         help="a held-out listing, bench/review/repos/<GLOB>.csv (repeatable)")
-    parser.add_argument("--judged-at", required=True, metavar="COMMIT",
-                        help="the frozen commit the held-out sets were judged on")
+    parser.add_argument("--judged-at", action="append", required=True, metavar="COMMIT",
+                        help="the frozen commit each held-out listing was judged on, in the "
+                             "order of --heldout")
     parser.add_argument("--corpus-run", type=Path, required=True,
                         help="bench/review/score.py --save of the whole corpus")
     parser.add_argument("--work", type=Path, default=ROOT / ".review")
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     frequency, files, repos = per_thousand_files(args.corpus_run, args.work)
     judged = len(heldout_repos(listings))
     source = (f"{judged} held-out repositories ({', '.join(listings)}) judged at "
-              f"{args.judged_at[:7]}; frequency on the review corpus ({repos} repositories, "
+              f"{' and '.join(commit[:7] for commit in args.judged_at)}; frequency on the "
+              f"review corpus ({repos} repositories, "
               f"{files} files), {datetime.date.today().isoformat()}")
     text = MEASURED.read_text(encoding="utf-8")
     MEASURED.write_text(text[:text.index(MARK)]
