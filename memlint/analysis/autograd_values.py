@@ -32,7 +32,7 @@ from memlint.analysis.devices import ModelPlacements
 from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.names import ImportTable, dotted_name
 from memlint.analysis.walker import children as children_of
-from memlint.analysis.torch_api import AUTOGRAD_ENTRY, FUNCTIONAL_LOSS
+from memlint.analysis.torch_api import AUTOGRAD_ENTRY, FUNCTIONAL_LOSS, TENSOR_TYPES
 
 
 @dataclass(frozen=True)
@@ -449,6 +449,8 @@ class AutogradValues:
         if short in _CLEAN_TORCH or qualified.startswith(("torch.optim.", "torch.utils.",
                                                           "torch.cuda.")):
             return CLEAN
+        if short in TENSOR_TYPES:
+            return CLEAN  # `torch.BoolTensor(mask)`: a new tensor from data, no history
         traced = [self._trace(a, seen, depth) for a in args]
         scalar = short in _REDUCTIONS and len(node.args) == 1
         combined = _combine(traced)
