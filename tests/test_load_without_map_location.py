@@ -21,6 +21,7 @@ FOLDER = FIXTURES / "load_without_map_location"
     ("checkpoint_kept_while_training.py", 29, "in one process: a transient", "note", False),
     ("one_process_reload.py", 19, "in one process: a transient", "note", False),
     ("evaluate_checkpoints.py", 21, "every tensor restored onto the GPU", "warning", False),
+    ("offline_shard_merger.py", 13, "every tensor restored onto the GPU", "warning", True),
 ])
 def test_the_message_and_severity_name_the_case(fixture, line, phrase, severity, preview):
     path = FOLDER / fixture

@@ -46,6 +46,25 @@ def _environ_key(node: cst.BaseExpression, ctx: Context) -> str | None:
 
 BY_INDEX = "picks a CUDA device by index"
 
+#: the option a per-GPU launcher (`torch.distributed.launch`) passes each process
+_LAUNCHER_OPTIONS = {"--local_rank", "--local-rank"}
+
+
+def reads_launcher_rank(node: cst.CSTNode, ctx: Context) -> bool:
+    """A read of the rank a per-GPU launcher gives each process: its variable
+    (`os.environ["LOCAL_RANK"]`, `os.getenv("RANK")`), never a write of it
+    (a program that sets `RANK` starts the processes, or is a Ray actor), or
+    its command-line option (`parser.add_argument("--local_rank")`)."""
+    if type(node) is cst.Subscript:
+        return type(ctx.parent) is not cst.AssignTarget \
+            and _environ_key(node, ctx) in _RANK_VARIABLES
+    if type(node) is not cst.Call:
+        return False
+    if _environ_key(node, ctx) in _RANK_VARIABLES:
+        return True
+    return type(node.func) is cst.Attribute and node.func.attr.value == "add_argument" \
+        and any(string_value(arg.value) in _LAUNCHER_OPTIONS for arg in node.args[:2])
+
 
 def tests_a_handed_device(ctx: Context) -> cst.If | None:
     """The `if` around here whose test checks a parameter of the enclosing

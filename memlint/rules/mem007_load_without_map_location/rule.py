@@ -10,7 +10,7 @@ from memlint.analysis.context import Context
 from memlint.analysis.datasets import is_dataset_class
 from memlint.analysis.devices import string_value
 from memlint.analysis.flows import root_name
-from memlint.analysis.gpu_selection import in_single_process_arm
+from memlint.analysis.gpu_selection import in_single_process_arm, reads_launcher_rank
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.saved_files import (DATA_KEYS, OPTIMIZER_NAME, file_named_in, literal_key,
@@ -169,7 +169,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         SavesSeen.__init__(self)
         self.index = ModuleIndex.of(ctx)
         self.loads: list[Load] = []
-        self.starts_ranks: cst.Call | None = None  # the evidence of a multi-process job
+        self.starts_ranks: cst.CSTNode | None = None  # a rank starter, a launcher's rank read
         #: names a load was assigned to, and how the code then uses them
         self.used_as_model: set[str] = set()
         self.used_as_data: set[str] = set()  # `TensorDataset(d["x"])`, `d["images"]`
@@ -183,7 +183,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
-        if qualified in RANK_STARTERS and self.starts_ranks is None:
+        if (qualified in RANK_STARTERS or reads_launcher_rank(node, self.ctx)) \
+                and self.starts_ranks is None:
             self.starts_ranks = node
         self._note_model_use(node)
         if qualified in SAVES and len(node.args) >= 2:
@@ -222,6 +223,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             class_def.name.value if class_def is not None else None))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
+        if self.starts_ranks is None and reads_launcher_rank(node, self.ctx):
+            self.starts_ranks = node
         key = literal_key(node)
         if key is not None and OPTIMIZER_NAME.search(key):
             self.optimizer_entries.add(root_name(node.value) or "")
@@ -260,9 +263,9 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         return None
 
     def _ranks(self) -> bool:
-        """The file runs as several processes (ranks), as far as it shows so far
-        or its text says (`local_rank`, `world_size`, `mp.spawn`)."""
-        return self.starts_ranks is not None or self.facts.distributed
+        """The file starts ranks (`init_process_group`, `mp.spawn`, DDP) or reads
+        a launcher's rank; `world_size` in an offline shard merger is neither."""
+        return self.starts_ranks is not None
 
     def finish(self) -> None:
         distributed = self._ranks()
