@@ -111,29 +111,32 @@ def preview_codes() -> frozenset[str]:
 
 # -- the figures: written by `python scripts/write_measured.py`, never by hand --
 #: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count
-HELDOUT_LISTINGS: tuple[str, ...] = ('heldout8_*', 'heldout9_*')
+HELDOUT_LISTINGS: tuple[str, ...] = ('heldout8_*', 'heldout9_*', 'heldout10_*')
 #: what the figures are: which sets, judged at which commit, when; which corpus
-SOURCE = ('52 held-out repositories (heldout8_*, heldout9_*) judged at bd0d671 and 41f1c8e;'
-          ' frequency on the review corpus (243 repositories, 11766 files), 2026-11-27')
+SOURCE = ('78 held-out repositories (heldout8_*, heldout9_*, heldout10_*) judged at bd0d671'
+          ' and 41f1c8e and e75344b; frequency on the review corpus (267 repositories, '
+          '13037 files), 2026-11-27')
 MEASURED: dict[str, Measured] = {
-    "MEM000": Measured(true=1, false=0, debatable=0,
-                      per_thousand_files=11.39),
-    "MEM001": Measured(true=0, false=7, debatable=5,
-                      per_thousand_files=6.29),
+    "MEM000": Measured(true=2, false=0, debatable=0,
+                      per_thousand_files=10.28),
+    "MEM001": Measured(true=0, false=10, debatable=9,
+                      per_thousand_files=6.14),
     "MEM002": Measured(true=0, false=0, debatable=0,
-                      per_thousand_files=1.19),
-    "MEM003": Measured(true=0, false=2, debatable=0,
-                      per_thousand_files=3.14),
-    "MEM004": Measured(true=14, false=19, debatable=7,
-                      per_thousand_files=29.24),
-    "MEM005": Measured(true=51, false=17, debatable=10,
-                      per_thousand_files=73.60),
-    "MEM007": Measured(true=37, false=3, debatable=7,
-                      per_thousand_files=54.14),
-    "MEM007 (preview variant)": Measured(true=24, false=1, debatable=3,
+                      per_thousand_files=1.07),
+    "MEM003": Measured(true=0, false=3, debatable=0,
+                      per_thousand_files=2.84),
+    "MEM004": Measured(true=18, false=38, debatable=8,
+                      per_thousand_files=26.77),
+    "MEM005": Measured(true=53, false=17, debatable=10,
+                      per_thousand_files=68.19),
+    "MEM005 (preview variant)": Measured(true=16, false=2, debatable=6,
                       per_thousand_files=0.00),
-    "MEM008": Measured(true=0, false=3, debatable=0,
-                      per_thousand_files=0.17),
+    "MEM007": Measured(true=60, false=4, debatable=26,
+                      per_thousand_files=52.01),
+    "MEM007 (preview variant)": Measured(true=37, false=6, debatable=12,
+                      per_thousand_files=0.00),
+    "MEM008": Measured(true=0, false=5, debatable=0,
+                      per_thousand_files=0.23),
     "MEM010": Measured(true=2, false=0, debatable=0,
-                      per_thousand_files=1.70),
+                      per_thousand_files=1.53),
 }
