@@ -14,7 +14,7 @@ from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import UnlessProjectOnCpu
 from memlint.analysis.names import dotted_name
 from memlint.analysis.stores import (Store, StoresAt, code, container_name, iterates_data,
-                                     outlived_loops, reads_across_batches)
+                                     outlived_loops, reads_across_batches, steps_through_data)
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 
@@ -134,7 +134,8 @@ class PredictionsKeptOnGpu(Rule):
             return
         owner = container_name(store.container)
         across = [loop for loop in (outlived_loops(self.ctx, owner) if owner else [])
-                  if iterates_data(loop) and reads_across_batches(loop)]
+                  if (iterates_data(loop) and reads_across_batches(loop))
+                  or steps_through_data(loop, self.ctx)]
         if not across or _small_summary(store.stored, self.ctx):
             return
         if not made_by_a_forward(store.stored, self.ctx):
