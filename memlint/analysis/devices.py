@@ -100,7 +100,10 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
         # (`self.config.device` is the configured device, like `config.device`)
         return None  # `x.to(other.device)` follows another tensor
     qualified = ctx.qualify(node)
-    if qualified is not None and qualified.startswith("torch."):
+    if qualified is not None and qualified.startswith("torch.") \
+            and qualified not in DEVICE_FACTORIES:
+        # (`device` qualified as the class `torch.device` is a parameter that
+        # shadows `from torch import device`: no tensor moves to a class)
         return False  # `torch.float16`, `torch.int64`: dtypes
     bound = ctx.binding(name)
     if bound is not None:
