@@ -80,3 +80,11 @@ def test_the_async_keyword_argument_of_old_pytorch_is_checked_not_mem000():
 def test_async_used_as_a_name_elsewhere_stays_mem000():
     broken = "import torch\nasync = 1\nx = torch.zeros(async).cuda()\n"
     assert [f.code for f in check_source(broken)] == ["MEM000"]
+
+
+def test_messages_quote_the_async_keyword_as_written():
+    source = ("import torch\npreds = []\nwith torch.no_grad():\n    for x, y in loader:\n"
+              "        preds.append(model(x.cuda(async=True)))\n")
+    found = check_source(source, "eval.py")
+    assert [f.code for f in found] == ["MEM010"]
+    assert "x.cuda(async=True)" in found[0].message and "asyn_" not in found[0].message

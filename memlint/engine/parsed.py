@@ -46,14 +46,14 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
                   codes: list[str], facts: ModuleFacts, informants: list[str]) -> list[Finding]:
     rule_types = [RULES_BY_CODE[code] for code in [*codes, *informants]]
     module = parse(source, path)
-    tabs_expanded = reparsed = False
+    tabs_expanded = reparsed = async_renamed = False
     if isinstance(module, Finding):
         renamed = _with_async_keyword_renamed(source)
         retried = _with_tabs_expanded(source) if renamed is None else renamed
         if retried is None:
             return [module]
         original, source, module, reparsed = source, retried.code, retried, True
-        tabs_expanded = renamed is None
+        tabs_expanded, async_renamed = renamed is None, renamed is not None
     ctx = Context(ImportTable(), path)
     ctx.analyses[FactCollector] = FactCollector(ctx, facts)
     if facts.copies_to_device:  # what its functions do with their parameters, for other files
@@ -78,6 +78,9 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
     reports = [(rule, report._replace(fix=None) if reparsed else report)
                for rule in rules if rule.code in codes for report in rule.reports
                if not report.preview or settings.shows_preview(rule.code)]
+    if async_renamed:  # messages quote the code as the file writes it
+        reports = [(rule, report._replace(message=report.message.replace(
+            f"{_ASYNC_STAND_IN}=", "async="))) for rule, report in reports]
     if not reports:
         return []
     try:
@@ -159,6 +162,10 @@ def _with_tabs_expanded(source: str) -> cst.Module | None:
         return None
 
 
+#: what `async=` is renamed to for the parse: as long, so every column stays
+_ASYNC_STAND_IN = "asyn_"
+
+
 def _with_async_keyword_renamed(source: str) -> cst.Module | None:
     """The tree of a file written for PyTorch before 0.4 and Python before
     3.7, whose `x.cuda(async=True)` (what `non_blocking=True` was called) no
@@ -181,7 +188,7 @@ def _with_async_keyword_renamed(source: str) -> cst.Module | None:
                 and token.start[0] == token.end[0]:
             row, col = token.start
             line = lines[row - 1]
-            lines[row - 1] = line[:col] + "asyn_" + line[col + len("async"):]
+            lines[row - 1] = line[:col] + _ASYNC_STAND_IN + line[col + len("async"):]
             renamed = True
     if not renamed:
         return None
