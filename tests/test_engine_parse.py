@@ -57,3 +57,34 @@ def test_indentation_python_accepts_but_libcst_rejects_is_checked_not_mem000(tmp
 def test_indentation_python_rejects_too_stays_mem000():
     broken = TAB_THEN_SPACES.replace("    return y\n", "  return y\n")
     assert [f.code for f in check_source(broken)] == ["MEM000"]
+
+
+#: PyTorch before 0.4 called `non_blocking` `async`, a keyword since Python
+#: 3.7: `targets.cuda(async=True)` in an evaluation loop without no_grad.
+ASYNC_KEYWORD = ("import torch\nimport os\n\n\ndef test(loader, model):\n    model.eval()\n"
+                 "    for inputs, targets in loader:\n"
+                 "        inputs, targets = inputs.cuda(), targets.cuda(async=True)\n"
+                 "        outputs = model(inputs)\n\n\n"
+                 "state = torch.load(os.path.join('ckpt', 'model.pth'))\n")
+
+
+def test_the_async_keyword_argument_of_old_pytorch_is_checked_not_mem000():
+    with pytest.raises(cst.ParserSyntaxError):
+        cst.parse_module(ASYNC_KEYWORD)
+    found = check_source(ASYNC_KEYWORD, "train.py")
+    assert [(f.code, f.line, f.column) for f in found] == [("MEM004", 9, 19),
+                                                           ("MEM007", 12, 9)]
+    assert all(f.fix is None for f in found)  # an edit on the renamed text would corrupt it
+
+
+def test_async_used_as_a_name_elsewhere_stays_mem000():
+    broken = "import torch\nasync = 1\nx = torch.zeros(async).cuda()\n"
+    assert [f.code for f in check_source(broken)] == ["MEM000"]
+
+
+def test_messages_quote_the_async_keyword_as_written():
+    source = ("import torch\npreds = []\nwith torch.no_grad():\n    for x, y in loader:\n"
+              "        preds.append(model(x.cuda(async=True)))\n")
+    found = check_source(source, "eval.py")
+    assert [f.code for f in found] == ["MEM010"]
+    assert "x.cuda(async=True)" in found[0].message and "asyn_" not in found[0].message

@@ -100,7 +100,10 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
         # (`self.config.device` is the configured device, like `config.device`)
         return None  # `x.to(other.device)` follows another tensor
     qualified = ctx.qualify(node)
-    if qualified is not None and qualified.startswith("torch."):
+    if qualified is not None and qualified.startswith("torch.") \
+            and qualified not in DEVICE_FACTORIES:
+        # (`device` qualified as the class `torch.device` is a parameter that
+        # shadows `from torch import device`: no tensor moves to a class)
         return False  # `torch.float16`, `torch.int64`: dtypes
     bound = ctx.binding(name)
     if bound is not None:
@@ -352,6 +355,11 @@ def device_of_value(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> 
     if isinstance(value, (cst.Tuple, cst.List)):  # `(correct, pred[:, 4])`: its GPU parts
         parts = [device_of_value(e.value, ctx, depth) for e in value.elements]
         return True if True in parts else None
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return device_of_value(value.elt, ctx, depth)  # `[d.to(device) for d in batch]`
+    if isinstance(value, cst.Dict):  # `{"input_ids": batch[0], ...}`: its GPU parts
+        parts = [device_of_value(e.value, ctx, depth) for e in value.elements]
+        return True if True in parts else None
     if isinstance(value, cst.Call):
         return _call_device(value, ctx, depth)
     name = dotted_name(value)
@@ -367,10 +375,17 @@ def device_of_value(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> 
     return None if site.value is value else device_of_value(site.value, ctx, depth)
 
 
+#: Builtins that gather their one argument's elements into a container.
+_COLLECTS_ITS_ARGUMENT = {"tuple", "list"}
+
+
 def _call_device(call: cst.Call, ctx: Context, depth: int) -> bool | None:
     if made_on_cuda(call, ctx):
         return True
     func = call.func
+    if isinstance(func, cst.Name) and func.value in _COLLECTS_ITS_ARGUMENT and len(call.args) == 1 \
+            and ctx.binding(func.value) is None:  # `tuple(t.to(device) for t in batch)`
+        return device_of_value(call.args[0].value, ctx, depth)
     qualified = ctx.qualify(func) or ""
     if isinstance(func, cst.Attribute) and not qualified:
         method = func.attr.value

@@ -232,6 +232,24 @@ _LOOP_WRAPPERS = {"enumerate", "tqdm", "zip", "iter", "islice"}
 _COUNTS = {*INDEX_RANGES, "trange", "np.arange"}
 
 
+def steps_through_data(loop: cst.CSTNode, ctx: Context) -> bool:
+    """`for i in range(0, len(texts), bs)` (or `n = len(texts)` first): a loop
+    that takes the data a batch at a time by index, so it runs once per batch
+    of the data set, however its names read."""
+    if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call) \
+            or (dotted_name(loop.iter.func) or "") not in INDEX_RANGES \
+            or len(loop.iter.args) != 3 or any(a.keyword for a in loop.iter.args):
+        return False
+    stop = loop.iter.args[1].value
+    name = dotted_name(stop)
+    bound = ctx.binding(name) if name is not None else None
+    return _is_len(stop) or (bound is not None and _is_len(bound))
+
+
+def _is_len(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and dotted_name(node.func) == "len"
+
+
 def iterates_data(loop: cst.CSTNode) -> bool:
     """A `for` loop over a loader, a data set or its batches (`for x, y in
     loader`, `enumerate(tqdm(test_loader))`), not over a count (`range(epochs)`,

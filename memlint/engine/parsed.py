@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import gc
+import io
+import tokenize
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -44,12 +46,14 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
                   codes: list[str], facts: ModuleFacts, informants: list[str]) -> list[Finding]:
     rule_types = [RULES_BY_CODE[code] for code in [*codes, *informants]]
     module = parse(source, path)
-    tabs_expanded = False
+    tabs_expanded = reparsed = async_renamed = False
     if isinstance(module, Finding):
-        retried = _with_tabs_expanded(source)
+        renamed = _with_async_keyword_renamed(source)
+        retried = _with_tabs_expanded(source) if renamed is None else renamed
         if retried is None:
             return [module]
-        original, source, module, tabs_expanded = source, retried.code, retried, True
+        original, source, module, reparsed = source, retried.code, retried, True
+        tabs_expanded, async_renamed = renamed is None, renamed is not None
     ctx = Context(ImportTable(), path)
     ctx.analyses[FactCollector] = FactCollector(ctx, facts)
     if facts.copies_to_device:  # what its functions do with their parameters, for other files
@@ -70,10 +74,13 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         raise RuleCrash(f"{type(error).__name__}: {error}") from error
     finally:
         ctx.close()
-    # with tabs expanded, no edit computed on the expanded text may reach the file
-    reports = [(rule, report._replace(fix=None) if tabs_expanded else report)
+    # reparsed, no edit computed on the text memlint changed may reach the file
+    reports = [(rule, report._replace(fix=None) if reparsed else report)
                for rule in rules if rule.code in codes for report in rule.reports
                if not report.preview or settings.shows_preview(rule.code)]
+    if async_renamed:  # messages quote the code as the file writes it
+        reports = [(rule, report._replace(message=report.message.replace(
+            f"{_ASYNC_STAND_IN}=", "async="))) for rule, report in reports]
     if not reports:
         return []
     try:
@@ -151,6 +158,43 @@ def _with_tabs_expanded(source: str) -> cst.Module | None:
     try:
         with _nodes_unvalidated():
             return cst.parse_module(expanded)
+    except Exception:  # noqa: BLE001 - still unparsable: the MEM000 stands
+        return None
+
+
+#: what `async=` is renamed to for the parse: as long, so every column stays
+_ASYNC_STAND_IN = "asyn_"
+
+
+def _with_async_keyword_renamed(source: str) -> cst.Module | None:
+    """The tree of a file written for PyTorch before 0.4 and Python before
+    3.7, whose `x.cuda(async=True)` (what `non_blocking=True` was called) no
+    later Python parses: parsed with the keyword argument renamed `asyn_`,
+    the same length, so every column stays; the findings carry no fix (an
+    edit made on the renamed text must never reach the file). None when the
+    file has no such argument or is still unparsable."""
+    if "async" not in source:
+        return None
+    lines = io.StringIO(source).readlines()  # the lines as the tokenizer numbers them
+    renamed = False
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                  if t.type not in (tokenize.NL, tokenize.COMMENT, tokenize.NEWLINE)]
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return None
+    for before, token, after in zip(tokens, tokens[1:], tokens[2:]):
+        if token.type == tokenize.NAME and token.string == "async" \
+                and before.string in ("(", ",") and after.string == "=" \
+                and token.start[0] == token.end[0]:
+            row, col = token.start
+            line = lines[row - 1]
+            lines[row - 1] = line[:col] + _ASYNC_STAND_IN + line[col + len("async"):]
+            renamed = True
+    if not renamed:
+        return None
+    try:
+        with _nodes_unvalidated():
+            return cst.parse_module("".join(lines))
     except Exception:  # noqa: BLE001 - still unparsable: the MEM000 stands
         return None
 

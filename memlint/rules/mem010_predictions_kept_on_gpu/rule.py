@@ -14,7 +14,7 @@ from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import UnlessProjectOnCpu
 from memlint.analysis.names import dotted_name
 from memlint.analysis.stores import (Store, StoresAt, code, container_name, iterates_data,
-                                     outlived_loops, reads_across_batches)
+                                     outlived_loops, reads_across_batches, steps_through_data)
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 
@@ -134,8 +134,10 @@ class PredictionsKeptOnGpu(Rule):
             return
         owner = container_name(store.container)
         across = [loop for loop in (outlived_loops(self.ctx, owner) if owner else [])
-                  if iterates_data(loop) and reads_across_batches(loop)]
-        if not across or _small_summary(store.stored, self.ctx):
+                  if (iterates_data(loop) and reads_across_batches(loop))
+                  or steps_through_data(loop, self.ctx)]
+        if not across or _small_summary(store.stored, self.ctx) \
+                or _tested_for_truth(store.stored, self.ctx.ancestors, across[-1]):
             return
         if not made_by_a_forward(store.stored, self.ctx):
             return  # the batch's own tensors (labels): the data set held them already
@@ -184,6 +186,28 @@ def _small_summary(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> b
                 and isinstance(func, cst.Attribute):
             return _small_summary(func.value, ctx, depth + 1) \
                 if last in ("long", "int", "float", "detach") else False
+    return False
+
+
+def _tested_for_truth(value: cst.BaseExpression, ancestors: list[cst.CSTNode],
+                      loop: cst.CSTNode) -> bool:
+    """Kept under `if loss != 0:` or `if loss:`: a tensor whose truth Python
+    takes holds one number (more than one raises), so one per batch is small."""
+    if not isinstance(value, cst.Name):
+        return False
+    for node in reversed(ancestors):
+        if node is loop:
+            return False
+        if isinstance(node, cst.If):
+            test = node.test.expression if isinstance(node.test, cst.UnaryOperation) \
+                else node.test
+            if isinstance(test, cst.Comparison):
+                sides = [test.left, *(c.comparator for c in test.comparisons)]
+                if any(isinstance(s, cst.Name) and s.value == value.value for s in sides) \
+                        and any(isinstance(s, (cst.Integer, cst.Float)) for s in sides):
+                    return True
+            elif isinstance(test, cst.Name) and test.value == value.value:
+                return True
     return False
 
 
