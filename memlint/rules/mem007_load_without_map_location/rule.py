@@ -203,10 +203,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         single = in_single_process_arm(self.ctx)
         if into is not None and "scheduler" in into.lower():
             return  # a learning-rate schedule's state: numbers, no tensors
-        if into is not None and OPTIMIZER_NAME.search(into) and (single or not self._ranks()):
-            # optimizer.load_state_dict keeps each state where its parameter is: no
-            # copy in one process; with several, every rank's copy lands on cuda:0
-            return
+        if into is not None and OPTIMIZER_NAME.search(into) and single:
+            return  # optimizer.load_state_dict keeps each state where its parameter is
         if into is not None and is_engine(into, self.ctx):
             return  # a TensorRT engine's state (torch2trt's TRTModule): bytes and names
         model = "<chained>" if chained_as_model(self.ctx, _MODEL_USES) \
@@ -271,6 +269,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         distributed = self._ranks()
         for load in self.loads:
             node, model = load.node, load.model
+            if load.into is not None and OPTIMIZER_NAME.search(load.into) and not distributed:
+                continue  # no copy in one process; with ranks (seen anywhere) each on cuda:0
             path = path_key(node.args[0].value) if node.args else None
             if load.saved_before is True or (load.saved_before is None
                                              and path in self.saved_on_cpu
