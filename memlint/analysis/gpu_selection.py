@@ -113,8 +113,7 @@ def selects_a_gpu(node: cst.CSTNode, ctx: Context) -> str | None:
     `torch.cuda.set_device` alone is not one: a DataLoader worker's
     `worker_init_fn` may call it, and the main process picks nothing."""
     if type(node) is cst.Subscript:
-        return "reads the rank its launcher set" if _environ_key(node, ctx) in _RANK_VARIABLES \
-            else None
+        return "reads the rank its launcher set" if reads_launcher_rank(node, ctx) else None
     if type(node) is cst.FormattedString:
         text = string_value(node) or ""
         return BY_INDEX if text.lower().strip().startswith("cuda:") \

@@ -11,6 +11,7 @@ it does not show (a config entry, an argument nobody here sets) is unknown.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -84,47 +85,48 @@ def collate_is_identity(loader: cst.Call, ctx: Context) -> bool:
                for info in ModuleIndex.of(ctx).functions.values())
 
 
-_INTEGER_METHODS = {"long", "int", "short"}
+class _TensorKind(NamedTuple):
+    """How code spells a tensor of one kind of number: a conversion method
+    (`x.long()`), a dtype (`.to(torch.long)`, `dtype=torch.long`), a factory."""
+
+    methods: frozenset[str]
+    dtypes: frozenset[str]
+    factories: frozenset[str]
 
 
-def integer_tensor(value: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool:
-    """A tensor built as integers (`torch.arange(n)`, `ids.long()`,
-    `torch.tensor(x, dtype=torch.long)`), through names bound to one: token
-    ids and indices, a few bytes a sample, whose copy pinning barely speeds."""
-    value = ctx.resolve(value)
-    if depth > 4 or not isinstance(value, cst.Call):
-        return False
-    func = value.func
-    if isinstance(func, cst.Attribute) and func.attr.value in _INTEGER_METHODS and not value.args:
-        return True
-    if isinstance(func, cst.Attribute) and func.attr.value == "to" and value.args:
-        return ctx.qualify(value.args[0].value) in INTEGER_DTYPES
-    qualified = ctx.qualify(func) or ""
-    dtype = call_arg(value, "dtype")
-    if dtype is not None:
-        return ctx.qualify(dtype.value) in INTEGER_DTYPES
-    return qualified in INTEGER_FACTORIES
+_INTEGERS = _TensorKind(frozenset({"long", "int", "short"}), INTEGER_DTYPES, INTEGER_FACTORIES)
+_FLOATS = _TensorKind(frozenset({"float", "half", "double", "bfloat16"}), FLOAT_DTYPES,
+                      FLOAT_FACTORIES)
 
 
-_FLOAT_METHODS = {"float", "half", "double", "bfloat16"}
-
-
-def float_tensor(value: cst.BaseExpression, ctx: Context) -> bool:
-    """A tensor built as floating point (`torch.randn(n, 3, 32, 32)`,
-    `torch.from_numpy(x).float()`, `dtype=torch.float32`), through names
-    bound to one: samples, features, pixels."""
+def _built_as(value: cst.BaseExpression, ctx: Context, kind: _TensorKind) -> bool:
+    """A tensor built as `kind`, through names bound to one."""
     value = ctx.resolve(value)
     if not isinstance(value, cst.Call):
         return False
     func = value.func
-    if isinstance(func, cst.Attribute) and func.attr.value in _FLOAT_METHODS and not value.args:
+    if isinstance(func, cst.Attribute) and func.attr.value in kind.methods and not value.args:
         return True
     if isinstance(func, cst.Attribute) and func.attr.value == "to" and value.args:
-        return ctx.qualify(value.args[0].value) in FLOAT_DTYPES
+        return ctx.qualify(value.args[0].value) in kind.dtypes
     dtype = call_arg(value, "dtype")
     if dtype is not None:
-        return ctx.qualify(dtype.value) in FLOAT_DTYPES
-    return ctx.qualify(func) in FLOAT_FACTORIES
+        return ctx.qualify(dtype.value) in kind.dtypes
+    return ctx.qualify(func) in kind.factories
+
+
+def integer_tensor(value: cst.BaseExpression, ctx: Context) -> bool:
+    """A tensor built as integers (`torch.arange(n)`, `ids.long()`,
+    `torch.tensor(x, dtype=torch.long)`): token ids and indices, a few bytes a
+    sample, whose copy pinning barely speeds."""
+    return _built_as(value, ctx, _INTEGERS)
+
+
+def float_tensor(value: cst.BaseExpression, ctx: Context) -> bool:
+    """A tensor built as floating point (`torch.randn(n, 3, 32, 32)`,
+    `torch.from_numpy(x).float()`, `dtype=torch.float32`): samples, features,
+    pixels."""
+    return _built_as(value, ctx, _FLOATS)
 
 
 def float_batches(dataset: cst.BaseExpression | None, ctx: Context) -> bool:

@@ -162,10 +162,7 @@ class ImplicitDefaultGpu(Rule):
     # -- what the walk records ------------------------------------------------
     def visit_Subscript(self, node: cst.Subscript) -> None:
         value = node.value
-        if type(value) is cst.Attribute and value.attr.value == "environ" \
-                and type(self.ctx.parent) is not cst.AssignTarget:
-            # a read of a launcher's rank; a write (`os.environ["RANK"] = ...`) is the
-            # program launching, or a Ray actor saying its one visible GPU is 0
+        if type(value) is cst.Attribute and value.attr.value == "environ":
             self._selection(node)
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
