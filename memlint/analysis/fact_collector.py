@@ -7,6 +7,7 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import AutogradValues
 from memlint.analysis.context import Context
+from memlint.analysis.datasets import decodes_media, is_media_dataset
 from memlint.analysis.gpu_selection import hides_gpus, sets_current_device
 from memlint.analysis.module_index import names_grad_off
 from memlint.analysis.names import dotted_name
@@ -30,6 +31,10 @@ class FactCollector:
         self._relative: dict[str, str] = {}
         #: what forwards' returned tuples hold (`forward_elements`)
         self._values: AutogradValues | None = None
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if any(is_media_dataset(self.ctx.qualify(base.value)) for base in node.bases):
+            self.facts.media_classes.add(node.name.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(([], [False]))
@@ -81,6 +86,9 @@ class FactCollector:
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute):
             self._note_method_call(node.func.attr.value)
+        class_def = self.ctx.class_def
+        if class_def is not None and decodes_media(self.ctx.qualify(node.func)):
+            self.facts.media_classes.add(class_def.name.value)
         written = dotted_name(node.func)
         if written is None:
             return

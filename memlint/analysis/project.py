@@ -20,7 +20,7 @@ import importlib.util
 import os
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import NamedTuple, Protocol
@@ -105,9 +105,16 @@ class ModuleFacts:
     saves: dict[str, bool] = field(default_factory=dict)
     #: files it writes with `torch.save` (by name, as `saves`) holding an optimizer's state
     optimizer_saves: set[str] = field(default_factory=set)
+    #: files it writes with `torch.save` (by name, as `saves`) holding a module's
+    #: or an optimizer's state that may be on a GPU: its own GPU checkpoints
+    gpu_state_saves: set[str] = field(default_factory=set)
     #: each `torch.save` of model weights (not of an optimizer's, a
     #: scheduler's or the arguments), with whether it holds CPU values only
     model_saves: list[bool] = field(default_factory=list)
+    #: classes that decode media into floating-point samples (a method reads
+    #: an image, audio or video, or applies a float-making transform) or
+    #: derive a library's media data set: data sets worth pinning
+    media_classes: set[str] = field(default_factory=set)
     #: classes whose `forward` is decorated `@torch.no_grad()` (or
     #: `inference_mode`): calling one records no graph
     grad_off_forwards: set[str] = field(default_factory=set)
@@ -205,6 +212,11 @@ class Condition:
     def drops(self, project: Project) -> bool:
         raise NotImplementedError
 
+    def previews(self, project: Project) -> bool:
+        """Whether a finding it keeps is a preview variant of its rule (shown
+        only with `--preview`): what the project shows leaves its cost in doubt."""
+        return False
+
     def related(self, project: Project) -> list[Related]:
         """Evidence from other files for a finding this condition kept (asked
         only when it stands): the caller that runs with autograd on."""
@@ -219,6 +231,9 @@ class Either(Condition):
 
     def drops(self, project: Project) -> bool:
         return any(condition.drops(project) for condition in self.conditions)
+
+    def previews(self, project: Project) -> bool:
+        return any(condition.previews(project) for condition in self.conditions)
 
     def related(self, project: Project) -> list[Related]:
         return [r for condition in self.conditions for r in condition.related(project)]
@@ -295,6 +310,23 @@ class UnlessSavedWithoutGpuTensors(Condition):
 
 
 @dataclass(frozen=True)
+class PreviewUnlessSavedWithGpuState(Condition):
+    """A checkpoint copied into a module in one process costs a transient
+    second copy on the GPU it was saved from: worth a default note only where
+    the project writes a module's or an optimizer's state that may be on a
+    GPU to a file of that name. A file it does not write (downloaded
+    weights, a library's save) may hold CPU tensors: a preview variant."""
+
+    file: str
+
+    def drops(self, project: Project) -> bool:
+        return False
+
+    def previews(self, project: Project) -> bool:
+        return not any(self.file in facts.gpu_state_saves for facts in project.modules)
+
+
+@dataclass(frozen=True)
 class UnlessSavedWithoutOptimizer(Condition):
     """A whole pickled model taken out of a loaded checkpoint (`model =
     ckpt["model"]`): dropped unless the project saves a file of that name
@@ -319,6 +351,21 @@ class UnlessProjectSavesModelsOnCpu(Condition):
     def drops(self, project: Project) -> bool:
         verdicts = [cpu for facts in project.linked(self.module) for cpu in facts.model_saves]
         return bool(verdicts) and all(verdicts)
+
+
+@dataclass(frozen=True)
+class PreviewUnlessMediaClass(Condition):
+    """A loader of a data set built from a class of another file: the rule's
+    own finding where the project defines that class decoding media into
+    floating-point samples, else a preview variant (its batches may be ids)."""
+
+    class_name: str
+
+    def drops(self, project: Project) -> bool:
+        return False
+
+    def previews(self, project: Project) -> bool:
+        return not any(self.class_name in facts.media_classes for facts in project.modules)
 
 
 @dataclass(frozen=True)
@@ -693,11 +740,25 @@ class Project:
         named = (self._by_name[target] for target in self._resolve_import(importer, imported))
         return [facts for facts in named if function in facts.defines]
 
-    def settle(self, findings: Iterable[Finding]) -> list[Finding]:
-        """The findings that stand once the project is known, sorted."""
-        return sorted(f if f.unless is None else
-                      replace(f, unless=None, related=f.related + tuple(f.unless.related(self)))
-                      for f in findings if f.unless is None or not f.unless.drops(self))
+    def settle(self, findings: Iterable[Finding],
+               shows_preview: Callable[[str], bool] | None = None) -> list[Finding]:
+        """The findings that stand once the project is known, sorted; those
+        the project leaves in preview only where `shows_preview(code)` (by
+        default all of them, marked)."""
+        settled = []
+        for finding in findings:
+            condition = finding.unless
+            if condition is None:
+                settled.append(finding)
+                continue
+            if condition.drops(self):
+                continue
+            preview = finding.preview or condition.previews(self)
+            if preview and shows_preview is not None and not shows_preview(finding.code):
+                continue
+            settled.append(replace(finding, unless=None, preview=preview,
+                                   related=finding.related + tuple(condition.related(self))))
+        return sorted(settled)
 
     def worker_uses(self, module: str, function: str) -> list[bool]:
         """For each other file whose DataLoaders run `module.function` in their

@@ -219,13 +219,16 @@ def file_named_in(node: cst.BaseExpression, ctx: Context) -> str | None:
     """`file_named`, also through a name bound to the path (`filename =
     "checkpoint_ssd300.pth.tar"` then `torch.save(state, filename)`); a
     binding whose value holds the current node (`ckpt = torch.load(ckpt)`)
-    is passed over for the one before it."""
+    is passed over for the one before it, and so is one that spells no file
+    name (`snapshot = snapshot.replace("best_model", "epoch_9")`)."""
     found = file_named(node)
     name = dotted_name(node) if found is None else None
     site = ctx.binding_site(name) if name is not None else None
     while site is not None and any(a is site.value for a in ctx.ancestors):
         site = site.previous
-    return found if site is None else file_named(site.value)
+    while site is not None and found is None:  # `p = p.replace("best", "last")`: the one before
+        found, site = file_named(site.value), site.previous
+    return found
 
 
 def holds_an_optimizer(saved: cst.BaseExpression, ctx: Context) -> bool:

@@ -75,7 +75,8 @@ def check_notebook_source(data: str | bytes, path: str,
     """Findings for a notebook's JSON text, judged on what it shows (the
     project around it is not read: `check_paths` reads it)."""
     findings, facts = analyse_notebook_source(data, path, settings)
-    return Project([facts], complete=False).settle(findings)
+    return Project([facts], complete=False).settle(
+        findings, (settings or Settings()).shows_preview)
 
 
 def analyse_notebook_source(data: str | bytes, path: str, settings: Settings | None = None,

@@ -73,7 +73,8 @@ def check_file(path: str, settings: Settings,
     raises. Runs in the calling process: `check_paths` is what survives a file
     that kills its process."""
     result = analyse_file(Source(path, data), settings)
-    return Project([result.facts], complete=False).settle(result.findings), result.error
+    return Project([result.facts], complete=False).settle(
+        result.findings, settings.shows_preview), result.error
 
 
 def analyse_file(source: Source, settings: Settings, noqa: bool = True) -> FileResult:
@@ -204,7 +205,8 @@ def check_sources(sources: Sequence[Source], settings: Settings,
             continue
         project = source.project or LONE
         if project == LONE:  # text with no tree around it: a project of its own
-            settled.extend(Project([outcome.facts], complete=False).settle(outcome.findings))
+            settled.extend(Project([outcome.facts], complete=False).settle(
+                outcome.findings, settings.shows_preview))
         else:
             facts.setdefault(project, []).append(outcome.facts)
             if checked:
@@ -216,7 +218,8 @@ def check_sources(sources: Sequence[Source], settings: Settings,
         if outcome.error is not None:
             report.errors.append(outcome.error)
     for root, found in findings.items():
-        settled.extend(Project(facts[root], complete=projects[root][0]).settle(found))
+        settled.extend(Project(facts[root], complete=projects[root][0]).settle(
+            found, settings.shows_preview))
     report.findings = sorted(settled)
     report.errors.sort(key=lambda e: e.path)
     return report

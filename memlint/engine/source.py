@@ -32,7 +32,8 @@ def check_source(source: str | bytes, path: str = "<stdin>",
     `noqa=False` reports findings that `# noqa` comments would hide (flake8's
     `--disable-noqa`)."""
     findings, facts = analyse_source(source, path, settings, noqa)
-    return Project([facts], complete=False).settle(findings)
+    return Project([facts], complete=False).settle(
+        findings, (settings or Settings()).shows_preview)
 
 
 def analyse_source(source: str | bytes, path: str, settings: Settings | None = None,

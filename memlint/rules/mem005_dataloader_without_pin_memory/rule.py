@@ -7,7 +7,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from memlint.analysis.context import Context
-from memlint.analysis.datasets import decodes_media, gives_media_samples, is_media_dataset
+from memlint.analysis.datasets import gives_media_samples
 from memlint.analysis.devices import (CudaReturns, callers_pass_cuda, cpu_default_parameter,
                                       creates_on_cuda, gives_host_tensors,
                                       gives_no_host_tensors, is_cuda_device, moves_to_cuda,
@@ -18,7 +18,8 @@ from memlint.analysis.loaders import (PIN_MEMORY_POSITION, LoaderArguments, coll
                                       float_batches, integer_batches)
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
-from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
+from memlint.analysis.project import (Condition, Either, PreviewUnlessMediaClass,
+                                      UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoCalleeCopiesToCuda, UnlessNoImporterCopiesToCuda,
                                       UnlessProjectOnCpu)
 from memlint.analysis.torch_api import DATA_LOADERS, SET_DEFAULT_DEVICE
@@ -183,21 +184,12 @@ class DataLoaderWithoutPinMemory(Rule):
         #: function whose parameter defaulting to the CPU names that device, if so
         self.copies: list[tuple[cst.Call, cst.FunctionDef | None, str]] = []
         self.copies_non_blocking = False
-        #: classes of this module that decode media into samples (or derive a media data set)
-        self.media_classes: set[str] = set()
         #: a copy goes to a device the program picks when it runs (`.to(device)`,
         #: `args.device`), so it may run on a host without CUDA
         self.device_chosen_at_run_time = False
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        if any(is_media_dataset(self.ctx.qualify(base.value)) for base in node.bases):
-            self.media_classes.add(node.name.value)
-
     def visit_Call(self, node: cst.Call) -> None:
         copies = moves = False
-        class_def = self.ctx.class_def
-        if class_def is not None and decodes_media(self.ctx.qualify(node.func)):
-            self.media_classes.add(class_def.name.value)
         if self.ctx.qualify(node.func) in DATA_LOADERS:
             self._check_loader(node)
         elif moves_to_cuda(node, self.ctx):
@@ -311,16 +303,24 @@ class DataLoaderWithoutPinMemory(Rule):
                 maybe.append((node, function.name.value))  # importable: its callers may tell
         return (maybe[0][0], tuple(sorted({name for _, name in maybe}))) if maybe else (None, ())
 
+    def _samples(self, media: bool, dataset_class: str | None) -> tuple[Condition, bool]:
+        """Where the cost is shown to matter (issue 25): batches of floating-point
+        samples (decoded images, audio or video, float tensors, a data-set class
+        of the project that decodes media); other loaders, of data the code does
+        not show, are a preview variant. A condition and whether in preview."""
+        name = (dataset_class or "").rsplit(".", 1)[-1]
+        if media or name in self.facts.media_classes:
+            return Either(()), False
+        if name:  # a class of another file: the project decides
+            return PreviewUnlessMediaClass(name), False
+        return Either(()), True
+
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
         first_copy, called_elsewhere = self._first_copy()
         for loader in self.unpinned:
             node, statement, written, target, dataset_class, escapes, assigned, owner = loader[:8]
-            # where the cost is shown to matter (issue 25): batches of floating-point
-            # samples (decoded images, audio or video, float tensors); other loaders
-            # (of data the code does not show) are in preview
-            preview = not (loader.media or (dataset_class or "").rsplit(".", 1)[-1]
-                           in self.media_classes)
+            samples, preview = self._samples(loader.media, dataset_class)
             if target is not None and self.names.uses_of(target, assigned, owner) <= 1:
                 continue  # built and never used: no batch of it is ever copied
             batches, handed_out = self._where_batches_go(assigned, owner)
@@ -337,17 +337,18 @@ class DataLoaderWithoutPinMemory(Rule):
                     # handed to another module's class (a `Trainer`) that may copy its batches
                     self.report(node, self.HANDED.format(loader=written, callees=", ".join(
                         sorted(f"'{name}'" for _, name in callees))), statement,
-                        UnlessNoCalleeCopiesToCuda(self.facts.module, tuple(sorted(callees))),
+                        Either((UnlessNoCalleeCopiesToCuda(self.facts.module,
+                                                           tuple(sorted(callees))), samples)),
                         fix=self._pin(loader), preview=preview)
                     continue
                 if not escapes:
                     continue  # used where it is built: no importer iterates it
                 # built here, iterated where it is imported (a `get_loader()` helper)
                 self.report(node, self.ELSEWHERE.format(loader=written), statement,
-                            UnlessNoImporterCopiesToCuda(self.facts.module),
+                            Either((UnlessNoImporterCopiesToCuda(self.facts.module), samples)),
                             fix=self._pin(loader), preview=preview)
                 continue
-            unless: Condition = UnlessProjectOnCpu.here(self.ctx)
+            unless: Condition = Either((UnlessProjectOnCpu.here(self.ctx), samples))
             if called_elsewhere:  # a device parameter that only other files may set to a GPU
                 unless = Either((unless, UnlessOnlyCalledHere(self.facts.module, called_elsewhere)))
             if batches == STAY:  # handed only to functions of other modules

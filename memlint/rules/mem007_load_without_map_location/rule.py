@@ -35,7 +35,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     weights on the GPU while training goes on, a file restored as it is keeps
     its tensors where they were saved (in preview unless this file saves a
     module's or an optimizer's state there). A checkpoint copied straight into
-    a module in one process costs a transient copy only: a note.
+    a module in one process costs a transient copy only: a note (in preview
+    unless the project itself writes GPU checkpoints to that file).
 
     Left alone where the file cannot hold GPU tensors: it was saved in the same
     file from CPU values (`.cpu()`, a model never moved to a GPU), it is a data
@@ -325,25 +326,13 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             related.append((load.kept, f"'{load.model}' is still bound while this loop runs"))
         elif copied:
             message, severity = self.TRANSIENT, "note"
+            unless, preview = self.transient_variant(load, unless)
         else:
             message = self.RESTORED
-            preview = not self._restores_a_checkpoint(node)
+            preview = not self.restores_a_checkpoint(node)
         fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
                       ((node, with_keyword(node, "map_location", '"cpu"')),))
         self.report(node, message, load.statement, unless, related, fix, severity, preview)
-
-    def _restores_a_checkpoint(self, node: cst.Call) -> bool:
-        """A file restored as it is holds GPU tensors as far as the code shows
-        only where it is a checkpoint: this file saves a module's or an
-        optimizer's state under that path, or, for a path it never saves, it
-        writes such checkpoints somewhere (what it loads is likely one). A
-        path saved here with other values (a step counter, a study, a
-        buffer) is not."""
-        path = path_key(node.args[0].value) if node.args else None
-        if path in self.saved_state:
-            return True
-        saved_here = path in self.saved_on_cpu or path in self.saved_maybe_gpu
-        return not saved_here and self.saves_checkpoints
 
     def _holds_no_gpu_tensors(self, node: cst.Call) -> bool:
         """A data or cache file, or pretrained weights loaded while a module is built."""
