@@ -641,41 +641,43 @@ class BackwardFlows:
         here = self._position
         if id(node) in self._wanted:
             self._positions[id(node)] = here
-        if isinstance(node, cst.FunctionDef):
+        # exact types (none of these is subclassed): isinstance against libcst's
+        # ABC-based classes costs a Python-level check per node and per test
+        if type(node) is cst.FunctionDef:
             params = [p.name.value for p in (*node.params.posonly_params, *node.params.params,
                                              *node.params.kwonly_params)]
             self._walk_scope(node, (node.body,), params, class_name)
             return
-        if isinstance(node, cst.ClassDef):
+        if type(node) is cst.ClassDef:
             self._walk(node.body, flow, node.name.value)
             return
-        if isinstance(node, (cst.For, cst.While)):
+        if type(node) is cst.For or type(node) is cst.While:
             self._loop_resets[id(node)] = _resets_in(node.body)
-        if isinstance(node, cst.Assign):
+        if type(node) is cst.Assign:
             reads = self._reads(node.value)
             for target in node.targets:
                 for name, whole in _bound_names(target.target):
                     flow.add(name, here, reads, whole)
                     if whole and name not in reads and flow.name not in (None, "__init__"):
                         flow.resets.add(name)  # rebound afresh, not first built
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+        elif type(node) is cst.AnnAssign and node.value is not None:
             for name, whole in _bound_names(node.target):
                 flow.add(name, here, self._reads(node.value), whole)
-        elif isinstance(node, cst.AugAssign):
+        elif type(node) is cst.AugAssign:
             for name, _ in _bound_names(node.target):
                 flow.add(name, here, self._reads(node.value), False)
-        elif isinstance(node, cst.For):
+        elif type(node) is cst.For:
             reads = self._reads(node.iter)
             for name, whole in _bound_names(node.target):
                 flow.add(name, here, reads, whole)
-        elif isinstance(node, cst.WithItem) and node.asname is not None:
+        elif type(node) is cst.WithItem and node.asname is not None:
             for name, whole in _bound_names(node.asname.name):
                 flow.add(name, here, self._reads(node.item), whole)
-        elif isinstance(node, cst.Return) and node.value is not None:
+        elif type(node) is cst.Return and node.value is not None:
             flow.returns.append((here, self._reads(node.value)))
-        elif isinstance(node, cst.Del):
+        elif type(node) is cst.Del:
             flow.resets.update(name for name, _ in _bound_names(node.target))
-        elif isinstance(node, cst.Call):
+        elif type(node) is cst.Call:
             self._note_call(node, flow, here)
         for child in children_of(node):
             self._walk(child, flow, class_name)

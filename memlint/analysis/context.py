@@ -83,6 +83,9 @@ class Context:
         #: (None where a file is walked on its own, outside the engine)
         self.facts: ModuleFacts | None = None
         self.ancestors: list[cst.CSTNode] = []
+        #: id of each walked node -> the top-level statement it is in; kept
+        #: only when asked for (a tree built from pieces: `engine/chunks.py`)
+        self.top_statements: dict[int, cst.CSTNode] | None = None
         self.scopes: list[Scope] = []
         self._if_depth = 0  # `if` statements around the current node
         #: `qualify`'s answers, kept while neither the scopes nor the import

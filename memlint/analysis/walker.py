@@ -132,6 +132,7 @@ def walk(module: cst.Module, ctx: Context, visitors: Handlers, leavers: Handlers
     # mypy cannot narrow an item by; Any lets the loop read For/While fields
     stack: list[Any] = [module]
     pop, push, extend = stack.pop, stack.append, stack.extend
+    tops, top = ctx.top_statements, module
     while stack:
         item = pop()
         if item is _POP:
@@ -142,6 +143,10 @@ def walk(module: cst.Module, ctx: Context, visitors: Handlers, leavers: Handlers
             action, node = item
             action(node)
             continue
+        if tops is not None:
+            if len(ancestors) == 1:
+                top = item
+            tops[id(item)] = top
         try:
             plan = plans[item_type]
         except KeyError:

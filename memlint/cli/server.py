@@ -34,6 +34,7 @@ from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.rules.catalogue import PACKAGES_BY_CODE
 from memlint.engine import check_source
 from memlint.engine.fixes import fix_text, wanted
+from memlint.engine.chunks import PIECES
 from memlint.engine.paths import check_in_project
 from memlint.engine.source import source_bytes
 from memlint.analysis.source_lines import LINE_BREAK, split_lines
@@ -72,7 +73,11 @@ def settings_for(path: str) -> tuple[Settings, str | None]:
 
 
 def findings_for(path: str, text: str, settings: Settings) -> list[Finding]:
-    """The findings `memlint check` gives the file with `text` in it."""
+    """The findings `memlint check` gives the file with `text` in it. The
+    text's top-level statements are parsed here, those an edit left alone
+    reused from the last version: the worker forked for the analysis finds
+    them in memory and parses nothing (`engine/chunks.py`)."""
+    PIECES.prepare(text)
     return check_in_project(path, source_bytes(text), settings)
 
 

@@ -23,6 +23,7 @@ from memlint.analysis.flows import ValueFlows
 from memlint.analysis.names import ImportTable
 from memlint.analysis.project import ModuleFacts
 from memlint.analysis.walker import handlers_for, walk
+from memlint.engine.chunks import PIECES
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
 from memlint.engine.syntax import LIBCST_POSITION, RuleCrash, nested_too_deeply, syntax_error
@@ -45,7 +46,8 @@ def check_parsed(source: str, path: str, settings: Settings, noqa: bool,
 def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
                   codes: list[str], facts: ModuleFacts, informants: list[str]) -> list[Finding]:
     rule_types = [RULES_BY_CODE[code] for code in [*codes, *informants]]
-    module = parse(source, path)
+    assembled = PIECES.assemble(source)  # prepared by the editor server, else None
+    module = parse(source, path) if assembled is None else assembled.module
     tabs_expanded = reparsed = async_renamed = False
     if isinstance(module, Finding):
         renamed = _with_async_keyword_renamed(source)
@@ -55,6 +57,8 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         original, source, module, reparsed = source, retried.code, retried, True
         tabs_expanded, async_renamed = renamed is None, renamed is not None
     ctx = Context(ImportTable(), path)
+    if assembled is not None:
+        ctx.top_statements = {}
     ctx.analyses[FactCollector] = FactCollector(ctx, facts)
     if facts.copies_to_device:  # what its functions do with their parameters, for other files
         ValueFlows.of(ctx)
@@ -84,7 +88,9 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
     if not reports:
         return []
     try:
-        placed = _place(module, source, path, reports, noqa, settings.severity_of)
+        first_lines = assembled.first_lines if assembled is not None else None
+        placed = _place(module, source, path, reports, noqa, settings.severity_of,
+                        ctx.top_statements, first_lines)
         return _original_columns(placed, original) if tabs_expanded else placed
     except RecursionError:  # libcst's code generation recurses in Python
         return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
@@ -223,13 +229,16 @@ def _rule_severity(code: str, reported: str | None = None) -> str:
 
 
 def _place(module: cst.Module, source: str, path: str, reports: list[tuple[Rule, Report]],
-           noqa: bool = True, severity_of=_rule_severity) -> list[Finding]:
-    """Turn reported nodes into positioned, unsuppressed, de-duplicated findings."""
+           noqa: bool = True, severity_of=_rule_severity,
+           tops: dict[int, cst.CSTNode] | None = None,
+           first_lines: dict[int, int] | None = None) -> list[Finding]:
+    """Turn reported nodes into positioned, unsuppressed, de-duplicated findings
+    (`tops`, `first_lines`: see `positions_of`)."""
     wanted = [n for _, (node, stmt, _, _, related, fix, *_) in reports
               for n in (node, stmt, *(evidence for evidence, _ in related), *_fixed_nodes(fix))
               if n is not None]
     lines = LINE_BREAK.split(source)
-    positions = positions_of(module, wanted)
+    positions = positions_of(module, wanted, tops, first_lines)
     if "\f" in source:
         positions = _form_feeds_counted(positions, lines)
     findings = set()

@@ -78,11 +78,40 @@ class _TargetedPositionState(CodegenState):
         self.ranges[id(node)] = CodeRange(start, end)
 
 
-def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[int, CodeRange]:
+def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode],
+                 tops: dict[int, cst.CSTNode] | None = None,
+                 first_lines: dict[int, int] | None = None) -> dict[int, CodeRange]:
     """`id(node) -> CodeRange` for `nodes`, in PositionProvider's convention
     (lines one-based, columns zero-based, whitespace not included). The one
     difference: the Module's own end is not moved back over the file's last
-    newline; a module is never reported."""
+    newline; a module is never reported.
+
+    Given the top-level statement of each node (`tops`) and the line each
+    top-level statement starts on (`first_lines`), only the statements that
+    hold a node generate their code: a finding in a 300 KB file costs its
+    own function's code, not the file's."""
+    nodes = list(nodes)
     state = _TargetedPositionState(module, {id(node) for node in nodes})
-    module._codegen(state)
+    holding = _statements_holding(nodes, tops, first_lines)
+    if holding is None:
+        module._codegen(state)
+        return state.ranges
+    for statement in holding:
+        state.line, state.column = first_lines[id(statement)], 0  # type: ignore[index]
+        statement._codegen(state)
     return state.ranges
+
+
+def _statements_holding(nodes: list[cst.CSTNode], tops: dict[int, cst.CSTNode] | None,
+                        first_lines: dict[int, int] | None) -> list[cst.CSTNode] | None:
+    """The top-level statements the nodes are in, each once; None when one
+    of them is not known (then the whole module generates its code)."""
+    if tops is None or first_lines is None:
+        return None
+    holding: dict[int, cst.CSTNode] = {}
+    for node in nodes:
+        top = tops.get(id(node))
+        if top is None or id(top) not in first_lines:
+            return None
+        holding[id(top)] = top
+    return list(holding.values())

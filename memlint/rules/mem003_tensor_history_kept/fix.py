@@ -6,6 +6,7 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import Value, names_in
 from memlint.analysis.stores import code
+from memlint.analysis.walker import children
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan
 
@@ -42,7 +43,7 @@ def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
         if type(node) is cst.Return:
             found.append(node)
         elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            pending.extend(node.children)
+            pending.extend(children(node))  # libcst's `.children` runs a visitor per node
     return found
 
 

@@ -1,0 +1,90 @@
+"""A tree built from top-level statements parsed one by one (what the editor
+server analyses after an edit) gives the findings, positions and fixes of the
+file parsed whole, and generates the same code."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from memlint import Settings, check_source
+from memlint.engine import chunks
+from memlint.engine.chunks import TopLevelTrees, cut_at_statements
+from tests.expectations import FIXTURES, fixture_files
+
+FILES = fixture_files(".py")
+
+
+def findings_of(source: str, path: str) -> list[tuple]:
+    return [(f.line, f.column, f.end_line, f.end_column, f.code, f.message, f.preview,
+             f.related, f.fix) for f in check_source(source, path, Settings(preview=True))]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(FIXTURES)) for p in FILES])
+def test_pieces_give_the_findings_of_the_whole_parse(path, monkeypatch):
+    source = path.read_text(encoding="utf-8")
+    whole = findings_of(source, str(path))
+    pieces = TopLevelTrees()
+    monkeypatch.setattr(chunks, "PIECES", pieces)
+    monkeypatch.setattr("memlint.engine.parsed.PIECES", pieces)
+    if not pieces.prepare(source):
+        pytest.skip("not cut: parsed whole, as before")
+    assert pieces.assemble(source).module.code == source
+    assert findings_of(source, str(path)) == whole
+
+
+SHAPES = {
+    "decorated, commented, `a; b`": (
+        "# header\n\nimport torch\n\n\n# about f\n@torch.no_grad()\n# between\n@staticmethod\n"
+        "def f(x):\n    return x\n    # a trailing comment in the block\n\na = 1; b = (2,\n 3)\n"
+        "if a:\n    pass\nelse:\n    pass\n# the end\n"),
+    "no newline at the end": "import torch\nx = torch.zeros(3)",
+    "only one statement": "x = 1\n",
+}
+
+
+@pytest.mark.parametrize("source", SHAPES.values(), ids=SHAPES.keys())
+def test_pieces_join_to_the_text_and_to_its_tree(source):
+    pieces = TopLevelTrees()
+    assert pieces.prepare(source)
+    assembled = pieces.assemble(source)
+    assert assembled.module.code == source
+    assert assembled.module.deep_equals(cst.parse_module(source)) or "trailing" in source
+    lines = source.split("\n")
+    for statement in assembled.module.body:  # each statement's first line is where its code is
+        start = assembled.first_lines[id(statement)]
+        code = cst.Module(body=[statement]).code.split("\n")
+        assert lines[start - 1:start - 1 + len(code) - 1] == code[:-1] or code[-1]
+
+
+@pytest.mark.parametrize("source", [
+    "def f(x):\n\treturn x\ndef g(y):\n    return y\n",  # indentation differs between pieces
+    "x = 1\r\ny = 2\r\n",  # line endings Python splits otherwise
+    "x = (\n",  # not Python
+    "# only a comment\n",
+])
+def test_text_that_cannot_be_cut_is_parsed_whole(source):
+    pieces = TopLevelTrees()
+    assert not pieces.prepare(source) or pieces.assemble(source) is None
+
+
+def test_an_edit_parses_only_the_statement_it_changed(monkeypatch):
+    source = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(50))
+    pieces = TopLevelTrees()
+    assert pieces.prepare(source)
+    parsed: list[str] = []
+    real = cst.parse_module
+    monkeypatch.setattr(cst, "parse_module", lambda text: parsed.append(text) or real(text))
+    edited = source.replace("x + 7\n", "x * 7\n")
+    assert pieces.prepare(edited)
+    assert parsed == ["\ndef f7(x):\n    return x * 7\n"]  # its blank line before it too
+    assert pieces.assemble(edited).module.code == edited
+
+
+def test_pieces_of_texts_no_longer_prepared_are_let_go():
+    pieces = TopLevelTrees()
+    for i in range(chunks.KEPT_TEXTS + 3):
+        pieces.prepare(f"x = {i}\n")
+    assert pieces.assemble("x = 0\n") is None
+    assert len(pieces._pieces) == chunks.KEPT_TEXTS
+    assert cut_at_statements("x = 1\ny = 2\n") == ["x = 1\n", "y = 2\n"]
