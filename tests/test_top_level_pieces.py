@@ -88,3 +88,30 @@ def test_pieces_of_texts_no_longer_prepared_are_let_go():
     assert pieces.assemble("x = 0\n") is None
     assert len(pieces._pieces) == chunks.KEPT_TEXTS
     assert cut_at_statements("x = 1\ny = 2\n") == ["x = 1\n", "y = 2\n"]
+
+
+def test_an_edit_is_cut_as_the_whole_text_would_be():
+    """Random edits of a real-looking text (insertions and deletions of
+    characters, lines, comments, brackets): the cut kept from the last text
+    is the cut of the new text made from scratch, or none when that is none."""
+    import random
+
+    source = "".join(path.read_text(encoding="utf-8") for path in FILES[:12])
+    pieces, rng = TopLevelTrees(), random.Random(7)
+    snippets = ["#", "\n", "x = 1\n", "(", ")", "    ", "def g():\n    pass\n", "@d\n", "'''"]
+    checked = 0
+    for _ in range(300):
+        at = rng.randrange(len(source) + 1)
+        if rng.random() < 0.5:
+            source = source[:at] + rng.choice(snippets) + source[at:]
+        else:
+            source = source[:at] + source[at + rng.randrange(1, 40):]
+        expected = cut_at_statements(source)
+        prepared = pieces.prepare(source)
+        assert prepared == (expected is not None) or not prepared
+        if prepared:
+            assert pieces._prepared[-1][1] == expected
+            checked += 1
+        if expected is None:  # back to a text that parses, as an editor's user does
+            source = "".join(path.read_text(encoding="utf-8") for path in FILES[:12])
+    assert checked > 100
