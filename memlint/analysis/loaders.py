@@ -59,9 +59,11 @@ def assigned_values(expr: cst.BaseExpression, ctx: Context) -> list[cst.BaseExpr
         found.append(site.value)
         site = site.previous
     values = []
+    seen: set[int] = set()  # `f = self.f` where `self.f = a if ... else f`: a cycle
     for value in found or [expr]:
         value = ctx.resolve(value)
-        while isinstance(value, cst.IfExp):  # `a if x else b`, or `if x: f = a else: f = b`
+        while isinstance(value, cst.IfExp) and id(value) not in seen:
+            seen.add(id(value))  # `a if x else b`, or `if x: f = a else: f = b`
             values.append(ctx.resolve(value.body))
             value = ctx.resolve(value.orelse)
         values.append(value)
