@@ -74,9 +74,12 @@ def test_rules_lists_which_rules_run_by_default(mem005_in_preview, capsys):
     (Measured(true=17, false=3, debatable=0, per_thousand_files=1.0), False),    # 0.85
     (Measured(true=14, false=0, debatable=6, per_thousand_files=1.0), False),    # 30 % shrugged
     (Measured(true=16, false=0, debatable=4, per_thousand_files=1.0), True),     # 20 %
-    # fewer than ENOUGH_JUDGED: kept unless they already rule 0.90 out
+    # fewer than ENOUGH_JUDGED: kept unless they already rule 0.90 out, or
+    # shrug at more than 20 % of ENOUGH_JUDGED (7 of 8 shrugged at on set 11)
     (Measured(true=2, false=1, debatable=0, per_thousand_files=1.0), True),
-    (Measured(true=0, false=0, debatable=ENOUGH_JUDGED - 1, per_thousand_files=1.0), True),
+    (Measured(true=3, false=0, debatable=2, per_thousand_files=1.0), True),
+    (Measured(true=0, false=1, debatable=7, per_thousand_files=1.0), False),
+    (Measured(true=0, false=0, debatable=ENOUGH_JUDGED - 1, per_thousand_files=1.0), False),
     (Measured(true=0, false=3, debatable=3, per_thousand_files=1.0), False),
     (Measured(true=0, false=ENOUGH_JUDGED - 1, debatable=0, per_thousand_files=1.0), False),
 ])
