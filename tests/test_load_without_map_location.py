@@ -18,8 +18,8 @@ FOLDER = FIXTURES / "load_without_map_location"
     ("weights_before_the_move.py", 22, "still on the CPU here", "warning", False),
     ("checkpoint_kept_while_training.py", 13, "'checkpoint' keeps the checkpoint", "warning",
      False),
-    ("checkpoint_kept_while_training.py", 29, "in one process: a transient", "note", False),
-    ("one_process_reload.py", 19, "in one process: a transient", "note", False),
+    ("checkpoint_kept_while_training.py", 29, "in one process: a transient", "note", True),
+    ("one_process_reload.py", 19, "in one process: a transient", "note", True),
     ("evaluate_checkpoints.py", 21, "every tensor restored onto the GPU", "warning", False),
     ("offline_shard_merger.py", 13, "every tensor restored onto the GPU", "warning", True),
 ])

@@ -582,40 +582,23 @@ def test_a_loader_kept_in_a_dict_on_the_object_for_a_subclass_to_iterate(
     assert codes(tmp_path) == ([("processor.py", 7, "MEM005")] if reported else [])
 
 
-@pytest.mark.parametrize("saver, preview", [
-    ("torch.save(model.state_dict(), path + '/' + 'checkpoint.pth')", False),  # its own GPU state
-    ("torch.save(model.state_dict(), path + '/' + 'best.pth')", True),  # another file
-    ("pass", True),  # weights from elsewhere
-])
-def test_a_transient_reload_is_a_default_note_only_for_the_projects_gpu_checkpoint(
-        tmp_path, saver, preview):
-    """Early stopping saves the GPU model's state in one module and the
-    experiment reloads it in another: the transient copy is the program's
-    own; a file the project never writes may hold CPU tensors (preview)."""
-    (tmp_path / "tools.py").write_text(
-        "import torch\nclass EarlyStopping:\n"
-        f"    def save_checkpoint(self, model, path):\n        {saver}\n")
-    (tmp_path / "exp.py").write_text(
-        "import torch\nfrom tools import EarlyStopping\n"
-        "def test(model, path):\n    model.cuda()\n"
-        "    model.load_state_dict(torch.load(path + '/' + 'checkpoint.pth'))\n")
-    [finding] = check_paths([str(tmp_path)], jobs=1).findings
-    assert (finding.line, finding.code, finding.severity, finding.preview) \
-        == (5, "MEM007", "note", preview)
-
-
 def test_a_variant_the_project_leaves_in_preview_is_shown_only_with_preview(
         tmp_path, preview_filtered_as_shipped):
-    """Settled with the project, then filtered as a variant the rule marked
-    itself: left out by default, shown with `--preview`."""
+    """Settled with the project (a data-set class of another file that decodes
+    no media), then filtered as a variant the rule marked itself: left out by
+    default, shown with `--preview`."""
     from memlint import Settings
 
-    (tmp_path / "exp.py").write_text(
-        "import torch\ndef test(model, path):\n    model.cuda()\n"
-        "    model.load_state_dict(torch.load(path + '/' + 'checkpoint.pth'))\n")
+    (tmp_path / "data.py").write_text(
+        "from torch.utils.data import Dataset\n"
+        "class Ids(Dataset):\n    def __getitem__(self, i):\n        return self.ids[i]\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom data import Ids\n"
+        "def train(model):\n    loader = DataLoader(Ids(), batch_size=8)\n"
+        "    for x in loader:\n        model(x.cuda())\n")
     assert check_paths([str(tmp_path)], Settings(), jobs=1).findings == []
     [finding] = check_paths([str(tmp_path)], Settings(preview=True), jobs=1).findings
-    assert finding.preview
+    assert (finding.code, finding.preview) == ("MEM005", True)
 
 
 @pytest.mark.parametrize("reads, preview", [
@@ -641,15 +624,18 @@ def test_a_loader_of_a_data_set_class_of_another_file_is_judged_by_that_class(
 
 def test_a_path_rebound_without_a_file_name_keeps_the_name_it_had(tmp_path):
     """Swin-Unet: `snapshot = snapshot.replace("best_model", "epoch_9")` spells
-    no file name; the file is still the `best_model.pth` the trainer writes."""
+    no file name; the file is still the `best_model.pth` the trainer writes,
+    here from CPU values, so the load restores no GPU tensors."""
     (tmp_path / "trainer.py").write_text(
         "import os\nimport torch\ndef train(model, out):\n    model.cuda()\n"
-        "    torch.save(model.state_dict(), os.path.join(out, 'best_model.pth'))\n")
-    (tmp_path / "test.py").write_text(
-        "import os\nimport torch\ndef test(net, out):\n    net.cuda()\n"
-        "    snapshot = os.path.join(out, 'best_model.pth')\n"
-        "    if not os.path.exists(snapshot):\n"
-        "        snapshot = snapshot.replace('best_model', 'epoch_9')\n"
-        "    net.load_state_dict(torch.load(snapshot))\n")
-    [finding] = check_paths([str(tmp_path)], jobs=1).findings
-    assert (finding.path.endswith("test.py"), finding.line, finding.preview) == (True, 8, False)
+        "    state = {k: v.cpu() for k, v in model.state_dict().items()}\n"
+        "    torch.save(state, os.path.join(out, 'best_model.pth'))\n")
+    test = ("import os\nimport torch\ndef test(net, out):\n    net.cuda()\n"
+            "    snapshot = os.path.join(out, 'best_model.pth')\n"
+            "    if not os.path.exists(snapshot):\n"
+            "        snapshot = snapshot.replace('best_model', 'epoch_9')\n"
+            "    net.load_state_dict(torch.load(snapshot))\n")
+    (tmp_path / "test.py").write_text(test)
+    assert codes(tmp_path) == []
+    (tmp_path / "test.py").write_text(test.replace("best_model.pth", "other.pth"))
+    assert codes(tmp_path) == [("test.py", 8, "MEM007")]

@@ -302,7 +302,7 @@ def single_process_test(test: cst.BaseExpression) -> bool | None:
                 (dotted_name(left) or "").rsplit(".", 1)[-1].lower()):
         return True  # `args.gpu is None`: no GPU of its own, one process for the node
     left_name = dotted_name(left.func if type(left) is cst.Call else left) or ""
-    last = left_name.rsplit(".", 1)[-1].lower()
+    last = "rank" if _launcher_rank_read(left) else left_name.rsplit(".", 1)[-1].lower()
     operator, right = type(target.operator), _number_set(target.comparator)
     if right is None:
         return None
@@ -336,8 +336,28 @@ def in_single_process_arm(ctx: Context) -> bool:
     return False
 
 
+def _launcher_rank_read(node: cst.BaseExpression) -> bool:
+    """`os.environ.get("RANK", "0")`, `os.getenv("LOCAL_RANK")`,
+    `os.environ["RANK"]`, also inside `int(...)`: the rank a launcher gave."""
+    if type(node) is cst.Call and dotted_name(node.func) == "int" and node.args:
+        node = node.args[0].value
+    if type(node) is cst.Call and (dotted_name(node.func) or "").endswith(
+            ("environ.get", "getenv")) and node.args:
+        key = node.args[0].value
+    elif type(node) is cst.Subscript and (dotted_name(node.value) or "").endswith("environ") \
+            and len(node.slice) == 1 and type(node.slice[0].slice) is cst.Index:
+        key = node.slice[0].slice.value
+    else:
+        return False
+    return type(key) is cst.SimpleString and "RANK" in key.value.upper()
+
+
 def _number_set(node: cst.BaseExpression) -> set[int] | None:
-    """`0` -> {0}, `-1` -> {-1}, `(-1, 0)` / `[-1, 0]` -> {-1, 0}."""
+    """`0` -> {0}, `-1` -> {-1}, `(-1, 0)` / `[-1, 0]` -> {-1, 0}; `"0"` -> {0}
+    (an environment variable compared as text)."""
+    if type(node) is cst.SimpleString:
+        text = node.value.strip("\"'")
+        return {int(text)} if text.lstrip("-").isdigit() else None
     if type(node) is cst.Tuple or type(node) is cst.List or type(node) is cst.Set:
         numbers: set[int] = set()
         for element in node.elements:

@@ -105,9 +105,6 @@ class ModuleFacts:
     saves: dict[str, bool] = field(default_factory=dict)
     #: files it writes with `torch.save` (by name, as `saves`) holding an optimizer's state
     optimizer_saves: set[str] = field(default_factory=set)
-    #: files it writes with `torch.save` (by name, as `saves`) holding a module's
-    #: or an optimizer's state that may be on a GPU: its own GPU checkpoints
-    gpu_state_saves: set[str] = field(default_factory=set)
     #: each `torch.save` of model weights (not of an optimizer's, a
     #: scheduler's or the arguments), with whether it holds CPU values only
     model_saves: list[bool] = field(default_factory=list)
@@ -307,23 +304,6 @@ class UnlessSavedWithoutGpuTensors(Condition):
     def drops(self, project: Project) -> bool:
         verdicts = [facts.saves[self.file] for facts in project.modules if self.file in facts.saves]
         return bool(verdicts) and all(verdicts)
-
-
-@dataclass(frozen=True)
-class PreviewUnlessSavedWithGpuState(Condition):
-    """A checkpoint copied into a module in one process costs a transient
-    second copy on the GPU it was saved from: worth a default note only where
-    the project writes a module's or an optimizer's state that may be on a
-    GPU to a file of that name. A file it does not write (downloaded
-    weights, a library's save) may hold CPU tensors: a preview variant."""
-
-    file: str
-
-    def drops(self, project: Project) -> bool:
-        return False
-
-    def previews(self, project: Project) -> bool:
-        return not any(self.file in facts.gpu_state_saves for facts in project.modules)
 
 
 @dataclass(frozen=True)

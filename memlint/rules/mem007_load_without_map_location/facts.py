@@ -15,7 +15,6 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.names import call_arg, defines_method, dotted_name
-from memlint.analysis.project import Condition, Either, PreviewUnlessSavedWithGpuState
 from memlint.analysis.saved_files import (
     LIBRARIES, calls_in, file_named_in, holds_an_optimizer, holds_arguments,
     holds_model_state, holds_optimizer_state, is_item, moves_to_cpu, path_key, saves_cpu_values)
@@ -39,7 +38,7 @@ class Load(NamedTuple):
 class SavesSeen:
     """The saves of one file in walk order: which paths hold CPU values, the
     facts other files read (`ModuleFacts.saves`, `optimizer_saves`,
-    `gpu_state_saves`, `model_saves`), and where each model was last moved."""
+    `model_saves`), and where each model was last moved."""
 
     ctx: Context
 
@@ -52,7 +51,6 @@ class SavesSeen:
         #: the path expressions of saves that hold a module's or an optimizer's state
         self.saved_state: set[str] = set()
         self.saves_checkpoints = False  # any save here holds a module's or optimizer's state
-        self.saves_gpu_checkpoints = False  # one such save may hold GPU tensors
         #: names of models moved to a GPU so far (a model saved before is on the CPU)
         self.moved_to_gpu: set[str] = set()
         #: where each model name was last moved, in walk order: "cpu" after a
@@ -78,11 +76,8 @@ class SavesSeen:
             saves[file] = saves.get(file, True) and on_cpu
             if holds_an_optimizer(saved, self.ctx):
                 collector.facts.optimizer_saves.add(file)
-            if state and not on_cpu:
-                collector.facts.gpu_state_saves.add(file)
         key = path_key(path)
         self.saves_checkpoints |= state
-        self.saves_gpu_checkpoints |= state and not on_cpu
         if key is not None:
             (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
             if state:
@@ -91,19 +86,6 @@ class SavesSeen:
         if collector is not None and (made_here is not None or moved_to_cpu) and not (
                 holds_optimizer_state(saved) or holds_arguments(saved)):
             collector.facts.model_saves.append(on_cpu)
-
-    def transient_variant(self, load: Load, unless: Condition) -> tuple[Condition, bool]:
-        """A transient copy is worth a default note only for the program's
-        own GPU checkpoint: a path this file saves a module's or optimizer's
-        state to; a file name some file of the project does; a path it is
-        given (`--resume`) in a file that writes GPU checkpoints. Else
-        (weights from elsewhere) a preview variant."""
-        path = path_key(load.node.args[0].value) if load.node.args else None
-        if path in self.saved_state and path in self.saved_maybe_gpu:
-            return unless, False
-        if load.file is None:
-            return unless, not self.saves_gpu_checkpoints
-        return Either((unless, PreviewUnlessSavedWithGpuState(load.file))), False
 
     def restores_a_checkpoint(self, node: cst.Call) -> bool:
         """A file restored as it is holds GPU tensors as far as the code shows
