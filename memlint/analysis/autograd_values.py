@@ -718,25 +718,26 @@ class BackwardFlows:
         pending = [node]
         while pending:
             current = pending.pop()
-            if isinstance(current, cst.Call):
+            if type(current) is cst.Call:  # exact types: see `_walk`
                 func = current.func
-                if isinstance(func, cst.Attribute) and func.attr.value in _DETACHING_METHODS:
+                if type(func) is cst.Attribute and func.attr.value in _DETACHING_METHODS:
                     continue
-                if isinstance(func, cst.Name) and func.value in ("float", "int", "bool", "len"):
+                if type(func) is cst.Name and func.value in ("float", "int", "bool", "len"):
                     continue
                 callee = _local_callee(func)
                 if callee is not None:
                     found.add(callee)
-            elif isinstance(current, (cst.Name, cst.Attribute)):
-                if isinstance(current, cst.Attribute) \
-                        and current.attr.value in _DETACHED_ATTRIBUTES:
+            elif type(current) is cst.Name:
+                found.add(current.value)
+                continue
+            elif type(current) is cst.Attribute:
+                if current.attr.value in _DETACHED_ATTRIBUTES:
                     continue
                 name = dotted_name(current)
                 if name is not None:
                     found.add(name)
-                if isinstance(current, cst.Attribute):
-                    pending.append(current.value)
-                    continue
+                pending.append(current.value)
+                continue
             pending.extend(children_of(current))
         return frozenset(found)
 

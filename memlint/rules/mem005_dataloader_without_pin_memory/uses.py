@@ -61,17 +61,20 @@ class NameUses:
         argument, which is not the variable of that name outside."""
         ancestors = self.ctx.ancestors
         parent = ancestors[-2] if len(ancestors) > 1 else None
-        if isinstance(parent, (cst.Arg, cst.Param)) and (parent.keyword if isinstance(
-                parent, cst.Arg) else parent.name) is node:
-            return True  # `train(loader=other)`, `def train(loader)`: a parameter's name
-        if isinstance(parent, cst.Element) and len(ancestors) > 3 \
-                and isinstance(ancestors[-3], cst.Tuple) and isinstance(ancestors[-4], cst.Expr):
+        # exact types: isinstance against libcst's ABC-based classes is a Python
+        # call per test, and this runs for every name of the file
+        if type(parent) is cst.Param and parent.name is node:
+            return True  # `def train(loader)`: a parameter's name
+        if type(parent) is cst.Arg and parent.keyword is node:
+            return True  # `train(loader=other)`: a keyword, not the variable
+        if type(parent) is cst.Element and len(ancestors) > 3 \
+                and type(ancestors[-3]) is cst.Tuple and type(ancestors[-4]) is cst.Expr:
             return True  # a cell ending in `train_loader, test_loader`
-        if isinstance(parent, cst.Expr):
+        if type(parent) is cst.Expr:
             return True
-        if isinstance(parent, cst.Arg) and len(ancestors) > 2:
+        if type(parent) is cst.Arg and len(ancestors) > 2:
             call = ancestors[-3]
-            return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) \
+            return type(call) is cst.Call and type(call.func) is cst.Name \
                 and call.func.value in _LOOKS and self.ctx.binding(call.func.value) is None
         return False
 
