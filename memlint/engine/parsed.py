@@ -63,6 +63,8 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
     if facts.copies_to_device:  # what its functions do with their parameters, for other files
         ValueFlows.of(ctx)
     rules = [r(ctx, settings.rule_options.get(r.code)) for r in rule_types]
+    for rule in rules:
+        rule.reporting = rule.code in codes
     walkers = [*ctx.analyses.values(), *rules]  # shared analyses first
     try:
         walk(module, ctx, handlers_for(walkers, "visit_"), handlers_for(walkers, "leave_"))

@@ -72,6 +72,9 @@ class Rule:
         self.ctx = ctx
         self.options: RuleOptions = options or {}
         self.reports: list[Report] = []
+        #: False for a rule walked only for the facts it gives other files (not
+        #: selected here): its `finish` may skip judging what nobody will see
+        self.reporting = True
 
     def report(self, node: cst.CSTNode, message: str,
                statement: cst.CSTNode | None = None, unless: Condition | None = None,

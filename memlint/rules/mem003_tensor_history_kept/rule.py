@@ -250,6 +250,8 @@ class TensorHistoryKept(Rule):
         while self.frames:
             self._settle(self.frames.pop())
         self._publish_results()
+        if not self.reporting:
+            return  # walked for what its functions return, for other files
         judged = []
         for frame, store in self.pending:
             value = self.values.settled(store.value)
