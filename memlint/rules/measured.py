@@ -119,30 +119,31 @@ def preview_codes() -> frozenset[str]:
 
 # -- the figures: written by `python scripts/write_measured.py`, never by hand --
 #: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count
-HELDOUT_LISTINGS: tuple[str, ...] = ('heldout11_*',)
+HELDOUT_LISTINGS: tuple[str, ...] = ('heldout11_*', 'heldout12_*')
 #: what the figures are: which sets, judged at which commit, when; which corpus
-SOURCE = ('27 held-out repositories (heldout11_*) judged at 912cbe8; frequency on the '
-          'review corpus (293 repositories, 14773 files), 2026-11-27')
+SOURCE = ('53 held-out repositories (heldout11_*, heldout12_*) judged at 912cbe8 and '
+          'd923155; frequency on the review corpus (293 repositories, 14773 files), '
+          '2026-11-27')
 MEASURED: dict[str, Measured] = {
     "MEM000": Measured(true=2, false=2, debatable=0,
                       per_thousand_files=8.12),
-    "MEM001": Measured(true=0, false=1, debatable=7,
+    "MEM001": Measured(true=0, false=5, debatable=12,
                       per_thousand_files=6.16),
     "MEM002": Measured(true=0, false=0, debatable=0,
                       per_thousand_files=0.95),
-    "MEM003": Measured(true=0, false=3, debatable=0,
+    "MEM003": Measured(true=3, false=4, debatable=0,
                       per_thousand_files=2.57),
-    "MEM004": Measured(true=4, false=4, debatable=0,
+    "MEM004": Measured(true=17, false=9, debatable=2,
                       per_thousand_files=25.99),
-    "MEM005": Measured(true=5, false=0, debatable=0,
+    "MEM005": Measured(true=21, false=1, debatable=7,
                       per_thousand_files=62.14),
-    "MEM005 (preview variant)": Measured(true=25, false=2, debatable=12,
+    "MEM005 (preview variant)": Measured(true=41, false=7, debatable=14,
                       per_thousand_files=0.00),
-    "MEM007": Measured(true=14, false=1, debatable=4,
+    "MEM007": Measured(true=23, false=1, debatable=16,
                       per_thousand_files=50.90),
-    "MEM007 (preview variant)": Measured(true=10, false=0, debatable=5,
+    "MEM007 (preview variant)": Measured(true=16, false=9, debatable=14,
                       per_thousand_files=0.00),
-    "MEM008": Measured(true=0, false=2, debatable=0,
+    "MEM008": Measured(true=0, false=4, debatable=0,
                       per_thousand_files=0.47),
     "MEM010": Measured(true=0, false=0, debatable=0,
                       per_thousand_files=1.49),
