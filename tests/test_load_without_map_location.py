@@ -22,6 +22,9 @@ FOLDER = FIXTURES / "load_without_map_location"
     ("one_process_reload.py", 19, "in one process: a transient", "note", True),
     ("evaluate_checkpoints.py", 21, "every tensor restored onto the GPU", "warning", False),
     ("offline_shard_merger.py", 13, "every tensor restored onto the GPU", "warning", True),
+    ("rank_option_only_accepted.py", 16, "'checkpoint' keeps the checkpoint", "warning", False),
+    ("rank_option_read.py", 16, "every rank restores", "warning", False),
+    ("keys_renamed_then_returned.py", 12, "in one process: a transient", "note", True),
 ])
 def test_the_message_and_severity_name_the_case(fixture, line, phrase, severity, preview):
     path = FOLDER / fixture

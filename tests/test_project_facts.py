@@ -615,7 +615,8 @@ def test_a_loader_of_a_data_set_class_of_another_file_is_judged_by_that_class(
         f"        return {reads}\n")
     (tmp_path / "train.py").write_text(
         "import torch\nfrom torch.utils.data import DataLoader\nfrom data import Frames\n"
-        "def train(model, paths):\n    loader = DataLoader(Frames(paths), batch_size=8)\n"
+        "def train(model, paths):\n"
+        "    loader = DataLoader(Frames(paths), batch_size=8, num_workers=4)\n"
         "    for x in loader:\n        model(x.cuda())\n")
     [finding] = check_paths([str(tmp_path)], jobs=1).findings
     assert (finding.path.endswith("train.py"), finding.line, finding.code, finding.preview) \

@@ -15,7 +15,7 @@ from memlint.analysis.devices import (CudaReturns, callers_pass_cuda, cpu_defaul
 from memlint.analysis.flows import (GPU, STAY, UNKNOWN, ValueFlows, collate_moves_to_device,
                                     root_name)
 from memlint.analysis.loaders import (PIN_MEMORY_POSITION, LoaderArguments, collate_is_identity,
-                                      float_batches, integer_batches)
+                                      Workers, float_batches, integer_batches)
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.project import (Condition, Either, PreviewUnlessMediaClass,
@@ -41,6 +41,7 @@ class _Loader(NamedTuple):
     owner: cst.FunctionDef | None  # the function it is a local variable of
     host_dataset: bool  # its dataset is known to give host tensors (torchvision, TensorDataset)
     media: bool  # its samples are floats: decoded images, audio or video, float tensors
+    workers: Workers  # its `num_workers`, settled once the file is read
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -245,7 +246,8 @@ class DataLoaderWithoutPinMemory(Rule):
         self.unpinned.append(_Loader(node, self.statement(), written, self._private_target(),
                                      dataset_class, escapes, assigned, owner, host_dataset,
                                      gives_media_samples(dataset_value, self.ctx)
-                                     or float_batches(dataset_value, self.ctx)))
+                                     or float_batches(dataset_value, self.ctx),
+                                     self.arguments.workers(node)))
 
     def _private_target(self) -> str | None:
         """The name a loader is assigned to where no other file can read it:
@@ -321,6 +323,9 @@ class DataLoaderWithoutPinMemory(Rule):
         for loader in self.unpinned:
             node, statement, written, target, dataset_class, escapes, assigned, owner = loader[:8]
             samples, preview = self._samples(loader.media, dataset_class)
+            # no worker process: the loop's own thread would pin each batch (one more
+            # host copy), which buys little over the pageable copy it replaces
+            preview |= all(count == 0 for count in self.arguments.resolved(loader.workers))
             if target is not None and self.names.uses_of(target, assigned, owner) <= 1:
                 continue  # built and never used: no batch of it is ever copied
             batches, handed_out = self._where_batches_go(assigned, owner)

@@ -232,7 +232,11 @@ def kept_alive(name: str, ancestors: list[cst.CSTNode]) -> cst.CSTNode | None:
 
 
 def _loop_or_del(node: cst.CSTNode, name: str) -> cst.CSTNode | bool | None:
-    """The first loop, False at `del name`, None when neither comes."""
+    """The first loop, False at `del name`, None when neither comes. A loop
+    over the loaded object itself (`for k, v in checkpoint.items()`, renaming
+    its keys) is using it, not running while it is kept: looked past."""
+    if isinstance(node, cst.For) and name in names_in(node.iter):
+        return None
     if isinstance(node, (cst.For, cst.While)):
         return node
     if isinstance(node, cst.Del) and name in names_in(node.target):
@@ -244,6 +248,21 @@ def _loop_or_del(node: cst.CSTNode, name: str) -> cst.CSTNode | bool | None:
         if found is not None:
             return found
     return None
+
+
+def becomes_the_model(model: str | None, used_as_model: set[str],
+                      entries_taken: dict[str, set[str]],
+                      copied_into_modules: dict[str, str | None]) -> bool:
+    """The loaded object is the model itself, no copy of it: `torch.load(p).cuda()`,
+    `net = torch.load(p)` then `net.eval()`, `encoder, decoder = torch.load(p)`,
+    or a dict whose entry becomes the model (`net = checkpoint["net"]`) and
+    none of whose entries is copied into a module by `load_state_dict`."""
+    if model is None:
+        return False
+    if model == "<chained>" or all(n in used_as_model for n in model.split("|")):
+        return True
+    taken = entries_taken.get(model, set())
+    return bool(taken & used_as_model) and model not in copied_into_modules
 
 
 def builds_a_module(class_def: cst.ClassDef) -> bool:

@@ -22,8 +22,8 @@ from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.mem007_load_without_map_location.facts import (
-    SavesSeen, Load, assigned_name, builds_a_module, chained_as_model, is_engine, kept_alive,
-    loaded_into)
+    SavesSeen, Load, assigned_name, becomes_the_model, builds_a_module, chained_as_model,
+    is_engine, kept_alive, loaded_into)
 from memlint.rules.rewrites import with_keyword
 
 
@@ -171,6 +171,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         self.index = ModuleIndex.of(ctx)
         self.loads: list[Load] = []
         self.starts_ranks: cst.CSTNode | None = None  # a rank starter, a launcher's rank read
+        self.rank_option: cst.Call | None = None  # `add_argument("--local_rank")`
+        self.rank_read = False  # `args.local_rank` read
         #: names a load was assigned to, and how the code then uses them
         self.used_as_model: set[str] = set()
         self.used_as_data: set[str] = set()  # `TensorDataset(d["x"])`, `d["images"]`
@@ -186,7 +188,10 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         qualified = self.ctx.qualify(node.func)
         if (qualified in RANK_STARTERS or reads_launcher_rank(node, self.ctx)) \
                 and self.starts_ranks is None:
-            self.starts_ranks = node
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
+                self.rank_option = self.rank_option or node  # ranks if its value is read
+            else:
+                self.starts_ranks = node
         self._note_model_use(node)
         if qualified in SAVES and len(node.args) >= 2:
             self.note_save(node)
@@ -264,7 +269,16 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     def _ranks(self) -> bool:
         """The file starts ranks (`init_process_group`, `mp.spawn`, DDP) or reads
         a launcher's rank; `world_size` in an offline shard merger is neither."""
+        if self.starts_ranks is None and self.rank_option is not None and self.rank_read:
+            self.starts_ranks = self.rank_option
         return self.starts_ranks is not None
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        """`args.local_rank` read: the launcher's `--local_rank` option is used
+        (one that is only accepted, in a script that starts no ranks, is not)."""
+        if node.attr.value in ("local_rank", "local-rank") \
+                and type(self.ctx.parent) is not cst.AssignTarget:
+            self.rank_read = True
 
     def finish(self) -> None:
         distributed = self._ranks()
@@ -280,7 +294,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             if node in self.built_by_plain_class and model not in self.optimizer_entries:
                 continue  # weights or bookkeeping read while an object is built
             unless: Condition = UnlessProjectOnCpu.here(self.ctx)
-            if not distributed and self._becomes_the_model(model):
+            if not distributed and becomes_the_model(model, self.used_as_model,
+                                                     self.entries_taken, self.copied_into_modules):
                 # a whole pickled model: it is the model, no second copy; but an
                 # optimizer saved beside it is restored onto the GPU unused
                 taken = self.entries_taken.get(model or "", set())
@@ -368,18 +383,6 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             owner, name = dotted_name(value.value), dotted_name(node.targets[0].target)
             if owner is not None and name is not None:
                 self.entries_taken.setdefault(owner, set()).add(name)
-
-    def _becomes_the_model(self, model: str | None) -> bool:
-        """The loaded object is the model itself, no copy of it: `torch.load(p).cuda()`,
-        `net = torch.load(p)` then `net.eval()`, `encoder, decoder = torch.load(p)`,
-        or a dict whose entry becomes the model (`net = checkpoint["net"]`) and
-        none of whose entries is copied into a module by `load_state_dict`."""
-        if model is None:
-            return False
-        if model == "<chained>" or all(n in self.used_as_model for n in model.split("|")):
-            return True
-        taken = self.entries_taken.get(model, set())
-        return bool(taken & self.used_as_model) and model not in self.copied_into_modules
 
 
 #: What is done to a model and not to a dict of tensors.
