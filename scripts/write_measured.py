@@ -62,19 +62,24 @@ def preview_variants(listings: tuple[str, ...]) -> set[tuple[str, str, str, str]
     return found
 
 
-def heldout_verdicts(listings: tuple[str, ...]) -> dict[str, collections.Counter]:
+def heldout_verdicts(listings: tuple[str, ...],
+                     rule_listings: dict[str, tuple[str, ...]] | None = None,
+                     ) -> dict[str, collections.Counter]:
     """Per rule, how many of its default findings in the held-out sets were
     judged TRUE, FALSE and DEBATABLE (misses are not findings; findings of a
-    preview variant are counted under `<code> (preview variant)`)."""
+    preview variant are counted under `<code> (preview variant)`). A rule in
+    `rule_listings` counts only the sets named there (a rule changed since
+    the others were judged is measured on the sets judged after the change)."""
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     variants = preview_variants(listings)
+    only = {code: set(heldout_repos(globs)) for code, globs in (rule_listings or {}).items()}
     for repo in heldout_repos(listings):
         path = REVIEW / "verdicts" / f"{repo.replace('/', '+')}.csv"
         if not path.exists():
             continue  # a repository where memlint found nothing
         with open(path, newline="") as handle:
             for row in csv.DictReader(handle):
-                if row["verdict"] in VERDICTS:
+                if row["verdict"] in VERDICTS and repo in only.get(row["code"], (repo,)):
                     key = (repo, row["path"], row["line"], row["code"])
                     code = row["code"] + (" (preview variant)" if key in variants else "")
                     counts[code][row["verdict"]] += 1
@@ -108,8 +113,10 @@ def per_thousand_files(run_path: Path, work: Path) -> tuple[dict[str, float], in
 
 
 def figures_block(listings: tuple[str, ...], source: str,
-                  counts: dict[str, collections.Counter], frequency: dict[str, float]) -> str:
+                  counts: dict[str, collections.Counter], frequency: dict[str, float],
+                  rule_listings: dict[str, tuple[str, ...]] | None = None) -> str:
     rows = []
+    per_rule = dict(sorted((rule_listings or {}).items()))
     for code in sorted(set(counts) | set(frequency)):
         c = counts.get(code, collections.Counter())
         rows.append(f'    "{code}": Measured(true={c["TRUE"]}, false={c["FALSE"]}, '
@@ -118,6 +125,8 @@ def figures_block(listings: tuple[str, ...], source: str,
     return (MARK
             + "#: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count\n"
             f"HELDOUT_LISTINGS: tuple[str, ...] = {listings!r}\n"
+            "#: rules measured on some of those listings only (changed since the others)\n"
+            f"RULE_LISTINGS: dict[str, tuple[str, ...]] = {per_rule!r}\n"
             "#: what the figures are: which sets, judged at which commit, when; which corpus\n"
             f"SOURCE = ({_wrapped(source)})\n"
             "MEASURED: dict[str, Measured] = {\n" + "\n".join(rows) + "\n}\n")
@@ -140,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus-run", type=Path, required=True,
                         help="bench/review/score.py --save of the whole corpus")
     parser.add_argument("--work", type=Path, default=ROOT / ".review")
+    parser.add_argument("--rule-heldout", action="append", default=[], metavar="CODE=GLOB",
+                        help="count only this listing (one of --heldout's) for this rule "
+                             "(repeatable): a rule changed since the other sets were judged")
     parser.add_argument("--judged-run", action="append", default=[], metavar="LISTING=RUN",
                         help="a judge's saved run of a listing: which findings were in a "
                              "preview variant (writes bench/review/judged/LISTING.json)")
@@ -149,16 +161,26 @@ def main(argv: list[str] | None = None) -> int:
         write_judged(listing, Path(run))
 
     listings = tuple(args.heldout)
-    counts = heldout_verdicts(listings)
+    rule_listings: dict[str, tuple[str, ...]] = {}
+    for item in args.rule_heldout:
+        code, _, pattern = item.partition("=")
+        if pattern not in listings:
+            parser.error(f"--rule-heldout {item}: {pattern} is not one of the --heldout listings")
+        rule_listings[code] = (*rule_listings.get(code, ()), pattern)
+    counts = heldout_verdicts(listings, rule_listings)
     frequency, files, repos = per_thousand_files(args.corpus_run, args.work)
     judged = len(heldout_repos(listings))
     source = (f"{judged} held-out repositories ({', '.join(listings)}) judged at "
               f"{' and '.join(commit[:7] for commit in args.judged_at)}; frequency on the "
               f"review corpus ({repos} repositories, "
               f"{files} files), {datetime.date.today().isoformat()}")
+    if rule_listings:
+        source += "; " + ", ".join(f"{code} on {' and '.join(globs)} only"
+                                   for code, globs in sorted(rule_listings.items()))
     text = MEASURED.read_text(encoding="utf-8")
     MEASURED.write_text(text[:text.index(MARK)]
-                        + figures_block(listings, source, counts, frequency), encoding="utf-8")
+                        + figures_block(listings, source, counts, frequency, rule_listings),
+                        encoding="utf-8")
     print(f"wrote {MEASURED.relative_to(ROOT)}: {source}", file=sys.stderr)
     return 0
 

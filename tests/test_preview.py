@@ -102,7 +102,7 @@ def test_the_measured_verdicts_are_the_committed_ones():
     import sys
     from pathlib import Path
 
-    from memlint.rules.measured import HELDOUT_LISTINGS, MEASURED
+    from memlint.rules.measured import HELDOUT_LISTINGS, MEASURED, RULE_LISTINGS
 
     scripts = str(Path(__file__).resolve().parent.parent / "scripts")
     sys.path.insert(0, scripts)
@@ -110,7 +110,7 @@ def test_the_measured_verdicts_are_the_committed_ones():
         from write_measured import heldout_verdicts
     finally:
         sys.path.remove(scripts)
-    counts = heldout_verdicts(HELDOUT_LISTINGS) if HELDOUT_LISTINGS else {}
+    counts = heldout_verdicts(HELDOUT_LISTINGS, RULE_LISTINGS) if HELDOUT_LISTINGS else {}
     recounted = {code: (c["TRUE"], c["FALSE"], c["DEBATABLE"]) for code, c in counts.items()}
     written = {code: (f.true, f.false, f.debatable) for code, f in MEASURED.items()
                if f.judged}
@@ -218,3 +218,30 @@ def test_findings_of_a_preview_variant_do_not_count_for_their_rule(tmp_path, mon
     counts = write_measured.heldout_verdicts(("set_a",))
     assert (counts["MEM007"]["TRUE"], counts["MEM007"]["FALSE"]) == (1, 0)
     assert counts["MEM007 (preview variant)"]["FALSE"] == 1
+
+
+def test_a_rule_changed_since_some_sets_counts_only_the_later_ones(tmp_path, monkeypatch):
+    """`--rule-heldout MEM007=set_b`: MEM007 is measured on set b alone (it
+    changed after set a was judged); every other rule on both sets."""
+    import sys
+    from pathlib import Path
+
+    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        import write_measured
+    finally:
+        sys.path.remove(scripts)
+    review = tmp_path / "review"
+    (review / "repos").mkdir(parents=True)
+    (review / "verdicts").mkdir()
+    for name, repo in (("set_a", "o/a"), ("set_b", "o/b")):
+        (review / "repos" / f"{name}.csv").write_text(f"repo,commit,kind\n{repo},abc,x\n")
+        (review / "verdicts" / f"{repo.replace('/', '+')}.csv").write_text(
+            "path,line,code,verdict,reason\n"
+            f"train.py,3,MEM007,{'FALSE' if name == 'set_a' else 'TRUE'},why\n"
+            "train.py,9,MEM004,TRUE,why\n")
+    monkeypatch.setattr(write_measured, "REVIEW", review)
+    counts = write_measured.heldout_verdicts(("set_a", "set_b"), {"MEM007": ("set_b",)})
+    assert (counts["MEM007"]["TRUE"], counts["MEM007"]["FALSE"]) == (1, 0)
+    assert counts["MEM004"]["TRUE"] == 2
