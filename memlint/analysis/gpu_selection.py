@@ -265,16 +265,16 @@ _MAIN_PROCESS_CALLS = re.compile(r"(^|_)(is_main_process|is_master|is_rank_zero|
                                  r"is_primary|is_local_master)$")
 
 
-def single_process_test(test: cst.BaseExpression) -> bool | None:
+def single_process_test(test: cst.BaseExpression, ctx: Context) -> bool | None:
     """True if `test` holds only in a single-process run or on rank 0
     (`local_rank == -1`, `not args.distributed`, `rank == 0`,
     `is_main_process()`), False if it holds only when the program runs as
     several ranks (`args.distributed`, `local_rank != -1`), None otherwise."""
     if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
-        inner = single_process_test(test.expression)
+        inner = single_process_test(test.expression, ctx)
         return None if inner is None else not inner
     if type(test) is cst.BooleanOperation:
-        sides = (single_process_test(test.left), single_process_test(test.right))
+        sides = (single_process_test(test.left, ctx), single_process_test(test.right, ctx))
         if type(test.operator) is cst.And:
             return True if True in sides else False if False in sides else None
         return None
@@ -302,7 +302,10 @@ def single_process_test(test: cst.BaseExpression) -> bool | None:
                 (dotted_name(left) or "").rsplit(".", 1)[-1].lower()):
         return True  # `args.gpu is None`: no GPU of its own, one process for the node
     left_name = dotted_name(left.func if type(left) is cst.Call else left) or ""
-    last = "rank" if _launcher_rank_read(left) else left_name.rsplit(".", 1)[-1].lower()
+    read = left.args[0].value if type(left) is cst.Call and dotted_name(left.func) == "int" \
+        and left.args else left  # `int(os.environ["LOCAL_RANK"])`
+    last = "rank" if _environ_key(read, ctx) in _RANK_VARIABLES \
+        else left_name.rsplit(".", 1)[-1].lower()
     operator, right = type(target.operator), _number_set(target.comparator)
     if right is None:
         return None
@@ -330,26 +333,10 @@ def in_single_process_arm(ctx: Context) -> bool:
     for i in range(len(ancestors) - 1):
         branch = ancestors[i]
         if type(branch) is cst.If:
-            single = single_process_test(branch.test)
+            single = single_process_test(branch.test, ctx)
             if single is not None and single == (ancestors[i + 1] is branch.body):
                 return True
     return False
-
-
-def _launcher_rank_read(node: cst.BaseExpression) -> bool:
-    """`os.environ.get("RANK", "0")`, `os.getenv("LOCAL_RANK")`,
-    `os.environ["RANK"]`, also inside `int(...)`: the rank a launcher gave."""
-    if type(node) is cst.Call and dotted_name(node.func) == "int" and node.args:
-        node = node.args[0].value
-    if type(node) is cst.Call and (dotted_name(node.func) or "").endswith(
-            ("environ.get", "getenv")) and node.args:
-        key = node.args[0].value
-    elif type(node) is cst.Subscript and (dotted_name(node.value) or "").endswith("environ") \
-            and len(node.slice) == 1 and type(node.slice[0].slice) is cst.Index:
-        key = node.slice[0].slice.value
-    else:
-        return False
-    return type(key) is cst.SimpleString and "RANK" in key.value.upper()
 
 
 def _number_set(node: cst.BaseExpression) -> set[int] | None:
