@@ -112,6 +112,8 @@ def cut_at_statements(source: str) -> list[str] | None:
     blank lines, and after its last line (so the pieces join to `source`);
     `a; b` on one line stays one piece, as in libcst. None when Python cannot
     parse it or there is nothing to cut."""
+    if "\r" in source or "\f" in source or "\v" in source:
+        return None  # other line breaks: Python's lines are not str.splitlines's
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -130,8 +132,6 @@ def cut_at_statements(source: str) -> list[str] | None:
         else:
             ends.append(end)
         simple_before = simple
-    if "\r" in source or "\f" in source or "\v" in source:
-        return None  # other line breaks: Python's lines are not str.splitlines's
     lines = source.split("\n")
     lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     pieces, done = [], 0
