@@ -97,19 +97,25 @@ def test_the_precision_bound_is_the_exact_binomial_one(true, decided, bound):
     assert precision_upper_bound(true, decided) == pytest.approx(bound, abs=1e-4)
 
 
-def test_the_measured_verdicts_are_the_committed_ones():
-    """The figures that put rules in preview recount from the committed verdicts."""
+def _write_measured():
+    """`scripts/write_measured.py` as a module (scripts/ is not a package)."""
+    import importlib
     import sys
     from pathlib import Path
-
-    from memlint.rules.measured import HELDOUT_LISTINGS, MEASURED, RULE_LISTINGS
 
     scripts = str(Path(__file__).resolve().parent.parent / "scripts")
     sys.path.insert(0, scripts)
     try:
-        from write_measured import heldout_verdicts
+        return importlib.import_module("write_measured")
     finally:
         sys.path.remove(scripts)
+
+
+def test_the_measured_verdicts_are_the_committed_ones():
+    """The figures that put rules in preview recount from the committed verdicts."""
+    from memlint.rules.measured import HELDOUT_LISTINGS, MEASURED, RULE_LISTINGS
+
+    heldout_verdicts = _write_measured().heldout_verdicts
     counts = heldout_verdicts(HELDOUT_LISTINGS, RULE_LISTINGS) if HELDOUT_LISTINGS else {}
     recounted = {code: (c["TRUE"], c["FALSE"], c["DEBATABLE"]) for code, c in counts.items()}
     written = {code: (f.true, f.false, f.debatable) for code, f in MEASURED.items()
@@ -192,15 +198,8 @@ def test_findings_of_a_preview_variant_do_not_count_for_their_rule(tmp_path, mon
     """A rule's figures are its default findings'; the findings it put in a
     preview variant (from the judge's saved run) are counted apart."""
     import json
-    import sys
-    from pathlib import Path
 
-    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
-    sys.path.insert(0, scripts)
-    try:
-        import write_measured
-    finally:
-        sys.path.remove(scripts)
+    write_measured = _write_measured()
     review = tmp_path / "review"
     (review / "repos").mkdir(parents=True)
     (review / "verdicts").mkdir()
@@ -223,15 +222,7 @@ def test_findings_of_a_preview_variant_do_not_count_for_their_rule(tmp_path, mon
 def test_a_rule_changed_since_some_sets_counts_only_the_later_ones(tmp_path, monkeypatch):
     """`--rule-heldout MEM007=set_b`: MEM007 is measured on set b alone (it
     changed after set a was judged); every other rule on both sets."""
-    import sys
-    from pathlib import Path
-
-    scripts = str(Path(__file__).resolve().parent.parent / "scripts")
-    sys.path.insert(0, scripts)
-    try:
-        import write_measured
-    finally:
-        sys.path.remove(scripts)
+    write_measured = _write_measured()
     review = tmp_path / "review"
     (review / "repos").mkdir(parents=True)
     (review / "verdicts").mkdir()
