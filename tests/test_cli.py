@@ -362,7 +362,7 @@ def test_force_colour_colours_the_concise_lines_and_no_colour_wins(project, monk
     write(project / "train.py", FLAGGED)
     monkeypatch.setenv("FORCE_COLOR", "1")
     forced = run("check", "train.py", cwd=project).stdout
-    assert forced.startswith("\033[1mtrain.py:3:9\033[0m: \033[1;33mMEM007\033[0m ")
+    assert forced.startswith("\033[1mtrain.py:3:9\033[0m: \033[1;36mMEM007\033[0m ")  # a note
     monkeypatch.setenv("NO_COLOR", "1")
     assert "\033[" not in run("check", "train.py", cwd=project).stdout
     monkeypatch.delenv("FORCE_COLOR")

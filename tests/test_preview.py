@@ -156,7 +156,7 @@ def test_a_bad_preview_variable_is_a_one_line_error(monkeypatch, tmp_path, capsy
     assert "MEMLINT_PREVIEW: expected 1 or 0" in capsys.readouterr().err
 
 
-#: restored as it is from a file the code never shows to be a checkpoint
+#: restored as it is in one process, onto the GPU it was saved from
 RESTORED = ("import torch\nmodel = torch.nn.Linear(4, 2).cuda()\n"
             "torch.save({'step': 3}, 'step.pt')\n"
             "step = torch.load('step.pt')\n")
@@ -170,13 +170,13 @@ RESTORED = ("import torch\nmodel = torch.nn.Linear(4, 2).cuda()\n"
     (Settings(select=("MEM00",)), False),          # a prefix asks for the default set only
 ])
 def test_a_finding_in_preview_is_shown_when_asked(settings, shown):
-    """MEM007 on a file restored as it is, which the code does not show to be
-    a checkpoint, is a preview variant of a default rule."""
+    """MEM007 on a file restored as it is in one process is a preview variant
+    (a note) of its rule, shown only when asked for."""
     from memlint import check_source
 
     found = [f for f in check_source(RESTORED, "train.py", settings) if f.code == "MEM007"]
     assert bool(found) is shown
-    assert all(f.preview and f.severity == "warning" for f in found)
+    assert all(f.preview and f.severity == "note" for f in found)
 
 
 def test_a_finding_says_in_json_whether_it_is_in_preview():
@@ -185,7 +185,7 @@ def test_a_finding_says_in_json_whether_it_is_in_preview():
     finding, = [f for f in check_source(RESTORED, "train.py", Settings(preview=True))
                 if f.code == "MEM007"]
     assert finding.to_dict()["preview"] is True
-    assert finding.to_dict()["severity"] == "warning"
+    assert finding.to_dict()["severity"] == "note"
 
 
 def test_the_project_severity_wins_over_a_findings_own():

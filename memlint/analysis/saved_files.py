@@ -240,28 +240,3 @@ def holds_an_optimizer(saved: cst.BaseExpression, ctx: Context) -> bool:
         for e in value.elements)
 
 
-def holds_model_state(saved: cst.BaseExpression, ctx: Context, models: set[str]) -> bool:
-    """What a checkpoint is: a module's or an optimizer's state
-    (`model.state_dict()`, `{"model": net.state_dict(), ...}`, a list built
-    from them), a module itself (one of `models`, the names moved to a GPU),
-    or values moved to a GPU in the saved expression. A step counter, a
-    study, a report or a buffer of outputs is not: a load of such a file
-    restores whatever it holds, which the code does not show to be GPU
-    tensors. Names are followed through their bindings a
-    few steps, inside dicts, lists and comprehensions."""
-    pending, seen = [saved], 0
-    while pending and seen < 32:
-        node = ctx.resolve(pending.pop())
-        seen += 1
-        if dotted_name(node) in models:
-            return True
-        for call in calls_in(node):
-            method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-            if method == "state_dict" or moves_to_cuda(call, ctx):
-                return True
-        if isinstance(node, (cst.Dict, cst.List, cst.Tuple)):
-            pending.extend(e.value for e in node.elements
-                           if isinstance(e, (cst.DictElement, cst.Element)))
-        elif isinstance(node, (cst.ListComp, cst.DictComp, cst.GeneratorExp)):
-            pending.append(node.value if isinstance(node, cst.DictComp) else node.elt)
-    return False

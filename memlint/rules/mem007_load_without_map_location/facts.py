@@ -17,7 +17,7 @@ from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.saved_files import (
     LIBRARIES, calls_in, file_named_in, holds_an_optimizer, holds_arguments,
-    holds_model_state, holds_optimizer_state, is_item, moves_to_cpu, path_key, saves_cpu_values)
+    holds_optimizer_state, is_item, moves_to_cpu, path_key, saves_cpu_values)
 
 
 class Load(NamedTuple):
@@ -48,9 +48,6 @@ class SavesSeen:
         #: the path expressions of `torch.save` calls, by whether what they saved is on the CPU
         self.saved_on_cpu: set[str] = set()
         self.saved_maybe_gpu: set[str] = set()
-        #: the path expressions of saves that hold a module's or an optimizer's state
-        self.saved_state: set[str] = set()
-        self.saves_checkpoints = False  # any save here holds a module's or optimizer's state
         #: names of models moved to a GPU so far (a model saved before is on the CPU)
         self.moved_to_gpu: set[str] = set()
         #: where each model name was last moved, in walk order: "cpu" after a
@@ -70,35 +67,18 @@ class SavesSeen:
             or self._items_moved_to_cpu(saved) or made_here is True or moved_to_cpu
         file = file_named_in(path, self.ctx)
         collector = FactCollector.of(self.ctx)
-        state = holds_model_state(saved, self.ctx, self.moved_to_gpu)
         if file is not None and collector is not None:
             saves = collector.facts.saves
             saves[file] = saves.get(file, True) and on_cpu
             if holds_an_optimizer(saved, self.ctx):
                 collector.facts.optimizer_saves.add(file)
         key = path_key(path)
-        self.saves_checkpoints |= state
         if key is not None:
             (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
-            if state:
-                self.saved_state.add(key)
             self.last_saves.setdefault(self.ctx.function, {})[key] = on_cpu
         if collector is not None and (made_here is not None or moved_to_cpu) and not (
                 holds_optimizer_state(saved) or holds_arguments(saved)):
             collector.facts.model_saves.append(on_cpu)
-
-    def restores_a_checkpoint(self, node: cst.Call) -> bool:
-        """A file restored as it is holds GPU tensors as far as the code shows
-        only where it is a checkpoint: this file saves a module's or an
-        optimizer's state under that path, or, for a path it never saves, it
-        writes such checkpoints somewhere (what it loads is likely one). A
-        path saved here with other values (a step counter, a study, a
-        buffer) is not."""
-        path = path_key(node.args[0].value) if node.args else None
-        if path in self.saved_state:
-            return True
-        saved_here = path in self.saved_on_cpu or path in self.saved_maybe_gpu
-        return not saved_here and self.saves_checkpoints
 
     def saved_before(self, key: str | None) -> bool | None:
         """The save of that path just before, in the same function or notebook:

@@ -29,14 +29,12 @@ from memlint.rules.rewrites import with_keyword
 
 class LoadWithoutMapLocation(SavesSeen, Rule):
     """torch.load(...) without map_location restores tensors onto the device they
-    were saved from: every rank of a job lands on cuda:0, weights meant for a
-    module still on the CPU go to a GPU first (and fail to load on a host
-    without CUDA), a checkpoint kept in a name holds a second copy of the
-    weights on the GPU while training goes on, a file restored as it is keeps
-    its tensors where they were saved (in preview unless this file saves a
-    module's or an optimizer's state there). A checkpoint copied straight into
-    a module in one process costs a transient copy only: a note, in preview
-    (worth it for a large model only, whose size the code does not show).
+    were saved from: every rank of a job lands on cuda:0, and weights meant for
+    a module still on the CPU go to a GPU first (and fail to load on a host
+    without CUDA). In one process, a checkpoint back on the GPU it came from
+    (copied into a module, kept in a name while a loop runs, restored as it
+    is) costs a copy as large as the weights: worth it for a large model
+    only, whose size the code does not show, so a note, in preview.
 
     Left alone where the file cannot hold GPU tensors: it was saved in the same
     file from CPU values (`.cpu()`, a model never moved to a GPU), it is a data
@@ -319,8 +317,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     def _report_load(self, load: Load, unless: Condition, copied: bool, ranks: bool) -> None:
         """Say which cost applies: every rank on one GPU; a GPU copy of weights
         meant for a module still on the CPU; a copy kept while a loop runs;
-        else a transient copy in one process (a note); a file restored as it
-        is only where the file's saves show a checkpoint (else in preview)."""
+        in one process, the checkpoint kept, copied or restored on the GPU it
+        came from: a note, in preview."""
         node = load.node
         target = load.into or self._copied_into(load.model)
         moved_later = target is not None and target not in load.gpu_before \
@@ -336,17 +334,17 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             message = self.CPU_TARGET
             related.append((self.last_gpu_move[target or ""],
                             f"'{target}' goes to the GPU only here, after the load"))
-        elif copied and load.kept is not None:
-            message = self.KEPT.format(name=load.model)
-            related.append((load.kept, f"'{load.model}' is still bound while this loop runs"))
-        elif copied:
-            # a transient copy as large as the weights: judged worth changing where the
-            # model is big, shrugged at for a model of a few MB (set 11: 0 / 1 / 3 of
-            # the program's own checkpoints), and the code does not show the size
-            message, severity, preview = self.TRANSIENT, "note", True
         else:
-            message = self.RESTORED
-            preview = not self.restores_a_checkpoint(node)
+            # one process, the checkpoint back on the GPU it came from: a copy as
+            # large as the weights, worth changing where the model is big and
+            # shrugged at for one of a few MB (sets 11 and 12: 29 DEBATABLE of 65
+            # such findings), and the code does not show the size (issue 25: a note)
+            severity, preview = "note", True
+            if copied and load.kept is not None:
+                message = self.KEPT.format(name=load.model)
+                related.append((load.kept, f"'{load.model}' is still bound while this loop runs"))
+            else:
+                message = self.TRANSIENT if copied else self.RESTORED
         fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
                       ((node, with_keyword(node, "map_location", '"cpu"')),))
         self.report(node, message, load.statement, unless, related, fix, severity, preview)
