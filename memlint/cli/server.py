@@ -8,8 +8,10 @@ is one analysis, of its last version), from the editor's text (saved or
 not), checked as `memlint check FILE` checks it: the
 nearest pyproject.toml's `[tool.memlint]`, the file's project around it, a
 supervised worker process so that a file that crashes libcst costs one MEM000
-diagnostic, never the server. Code actions: each finding's fix (safe ones
-preferred, unsafe ones marked), `# noqa: CODE` on its line, and
+diagnostic, never the server. The worker is kept from one analysis to the
+next: it parses only the statements an edit changed (`engine/chunks.py`).
+Code actions: each finding's fix (safe ones preferred, unsafe ones
+marked), `# noqa: CODE` on its line, and
 `source.fixAll.memlint` for every safe fix at once; they come from the last
 analysis, never a new one, and only while the text is still the one it
 analysed (positions on another text would corrupt it).
@@ -27,6 +29,7 @@ import asyncio
 import os
 import re
 import sys
+import threading
 from urllib.parse import unquote, urlparse
 
 from memlint.version import __version__
@@ -34,8 +37,8 @@ from memlint.engine.config import ConfigError, find_pyproject, load_settings
 from memlint.rules.catalogue import PACKAGES_BY_CODE
 from memlint.engine import check_source
 from memlint.engine.fixes import fix_text, wanted
-from memlint.engine.chunks import PIECES
-from memlint.engine.paths import check_in_project
+from memlint.engine.isolation import Workers
+from memlint.engine.paths import check_in_project, check_keeping_pieces
 from memlint.engine.source import source_bytes
 from memlint.analysis.source_lines import LINE_BREAK, split_lines
 from memlint.engine.settings import Settings
@@ -51,8 +54,10 @@ except ImportError:  # pragma: no cover - reported by main()
 FIX_ALL = "source.fixAll.memlint"
 _SEVERITY = {"error": 1, "warning": 2, "note": 3}  # LSP DiagnosticSeverity
 _NOQA_CODES = re.compile(r"#\s*noqa:\s*[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*", re.IGNORECASE)
-#: how long edits and saves must pause before the document is analysed again
-DEBOUNCE_S = 0.3
+#: how long edits and saves must pause before the document is analysed again:
+#: a burst of typing (keys well under this apart) is one analysis; the
+#: analysis runs beside the server's loop, so a later edit never waits on it
+DEBOUNCE_S = 0.15
 
 
 def page_uri(code: str) -> str:
@@ -72,13 +77,18 @@ def settings_for(path: str) -> tuple[Settings, str | None]:
         return Settings(), str(error)
 
 
+#: the server's worker, kept across versions: it keeps the top-level
+#: statements it parsed, so an edit parses only the ones it changed
+#: (`engine/chunks.py`), and no process is forked per analysis
+WORKERS = Workers(check_keeping_pieces)
+#: one analysis at a time: the kept worker takes one task at a time
+_ANALYSING = threading.Lock()
+
+
 def findings_for(path: str, text: str, settings: Settings) -> list[Finding]:
-    """The findings `memlint check` gives the file with `text` in it. The
-    text's top-level statements are parsed here, those an edit left alone
-    reused from the last version: the worker forked for the analysis finds
-    them in memory and parses nothing (`engine/chunks.py`)."""
-    PIECES.prepare(text)
-    return check_in_project(path, source_bytes(text), settings)
+    """The findings `memlint check` gives the file with `text` in it."""
+    with _ANALYSING:
+        return check_in_project(path, source_bytes(text), settings, kept=WORKERS)
 
 
 def plain_lines(text: str) -> list[str]:
@@ -225,38 +235,52 @@ class MemlintServer(LanguageServer):
 def build_server() -> MemlintServer:
     server = MemlintServer()
 
-    def publish(ls: MemlintServer, uri: str) -> None:
-        document = ls.workspace.get_text_document(uri)
+    def to_analyse(ls: MemlintServer, uri: str) -> tuple[str, str, Settings] | None:
+        """(path, text, settings) of a Python document, None for another."""
         path = uri_to_path(uri)
         if not path.endswith((".py", ".pyi")):
-            return
+            return None
         settings, problem = settings_for(path)
         if problem is not None and problem not in ls.told:
             ls.told.add(problem)
             ls.window_show_message(types.ShowMessageParams(
                 type=types.MessageType.Warning, message=f"memlint: {problem}; using defaults"))
-        text = document.source
-        findings = findings_for(path, text, settings)
+        return path, ls.workspace.get_text_document(uri).source, settings
+
+    def publish(ls: MemlintServer, uri: str, version: int | None, text: str,
+                findings: list[Finding]) -> None:
         ls.findings[uri] = (text, findings)
         ls.fixed_all.pop(uri, None)
         lines = plain_lines(text)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-            uri=uri, version=document.version,
-            diagnostics=[diagnostic(f, lines) for f in findings]))
+            uri=uri, version=version, diagnostics=[diagnostic(f, lines) for f in findings]))
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: MemlintServer, params: types.DidOpenTextDocumentParams) -> None:
-        publish(ls, params.text_document.uri)
+        """Analysed before the next message is read: a code action asked right
+        after opening finds the findings."""
+        uri = params.text_document.uri
+        job = to_analyse(ls, uri)
+        if job is not None:
+            publish(ls, uri, params.text_document.version, job[1], findings_for(*job))
 
     async def publish_after_a_pause(ls: MemlintServer, uri: str) -> None:
-        """Analyse once the edits or saves stop: a later one replaces this one."""
+        """Analyse once the edits or saves stop: a later one replaces this one.
+        The analysis runs in a thread, so edits keep arriving meanwhile; its
+        findings are shown only if the text is still the one analysed."""
         version = ls.workspace.get_text_document(uri).version
         pending = ls.pending[uri] = object()
         await asyncio.sleep(DEBOUNCE_S)
-        if ls.pending.get(uri) is pending and uri in ls.findings \
-                and ls.workspace.get_text_document(uri).version == version:
-            del ls.pending[uri]
-            publish(ls, uri)
+        if ls.pending.get(uri) is not pending or uri not in ls.findings \
+                or ls.workspace.get_text_document(uri).version != version:
+            return
+        del ls.pending[uri]
+        job = to_analyse(ls, uri)
+        if job is None:
+            return
+        findings = await asyncio.get_running_loop().run_in_executor(None, findings_for, *job)
+        if uri in ls.findings and ls.workspace.get_text_document(uri).version == version:
+            publish(ls, uri, version, job[1], findings)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     async def did_change(ls: MemlintServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -301,5 +325,8 @@ def main() -> int:
     # a forked worker closes sys.stdin first thing; it must not wait on the
     # lock of the buffer the server's reader thread is blocked reading
     sys.stdin = None
-    build_server().start_io(stdin=messages, stdout=sys.stdout.buffer)
+    try:
+        build_server().start_io(stdin=messages, stdout=sys.stdout.buffer)
+    finally:
+        WORKERS.close()
     return 0

@@ -7,10 +7,11 @@ parses that one again, not the 300 KB around it (issue 29).
 time), parses the pieces it has not seen, and keeps them; `assemble(source)`
 then builds the libcst Module of that exact text from the pieces, with each
 top-level statement's first line (the positions of reported nodes need code
-generated for their own statement only). The server prepares in its own
-process, so the worker it forks for each analysis finds the pieces in
-memory. A text that cannot be cut so that the pieces make the same code
-(mixed indentation or line endings, a statement libcst reads differently)
+generated for their own statement only). The editor server's worker,
+kept across analyses (`paths.check_keeping_pieces`), prepares each text it
+is given, so it keeps the pieces from one version to the next. A text
+that cannot be cut so that the pieces make the same code (mixed
+indentation or line endings, a statement libcst reads differently)
 is parsed whole, as `memlint check` always does.
 """
 

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import TypeVar
+from typing import Any, TypeVar
 
 Task = TypeVar("Task")
 Result = TypeVar("Result")
@@ -61,13 +61,40 @@ class Failure:
     reason: str
 
 
+class Workers:
+    """Workers that outlive one run, for a long-lived caller (the editor
+    server): what a worker keeps between tasks (the top-level statements it
+    parsed, `engine/chunks.py`) serves the next version of a file, and no
+    process is forked per run. A worker that died or went over its budget
+    is replaced as in any run; `close` stops them all."""
+
+    def __init__(self, check: Callable[[Any], Any]) -> None:
+        self.check = check
+        self.pool: list[_Worker] = []
+
+    def take(self, count: int) -> list[_Worker]:
+        """`count` workers, started where fewer are alive."""
+        self.pool = [w for w in self.pool if w.process.is_alive()]
+        self.pool += [_Worker(self.check) for _ in range(count - len(self.pool))]
+        return self.pool[:count]
+
+    def close(self) -> None:
+        for worker in self.pool:
+            worker.ask_to_stop()
+        for worker in self.pool:
+            worker.stop()
+        self.pool = []
+
+
 def run_supervised(check: Callable[[Task], Result], tasks: Sequence[Task], workers: int,
-                   budget: Budget) -> list[Result | Failure]:
-    """`check(task)` for every task, in `workers` processes; a task whose worker
-    died or went over its budget gets a `Failure` in its place."""
+                   budget: Budget, kept: Workers | None = None) -> list[Result | Failure]:
+    """`check(task)` for every task, in `workers` processes (those `kept`
+    between runs, whose own `check` then applies); a task whose worker died
+    or went over its budget gets a `Failure` in its place."""
     results: list[Result | Failure | None] = [None] * len(tasks)
     pending = deque(range(len(tasks)))
-    pool = [_Worker(check) for _ in range(min(workers, len(tasks)))]
+    count = min(workers, len(tasks))
+    pool = kept.take(count) if kept is not None else [_Worker(check) for _ in range(count)]
     try:
         for worker in pool:
             worker.take(pending, tasks)
@@ -83,10 +110,15 @@ def run_supervised(check: Callable[[Task], Result], tasks: Sequence[Task], worke
                 worker.next_task(pending, failed=isinstance(outcome, Failure))
                 worker.take(pending, tasks)
     finally:
-        for worker in pool:
+        # a kept worker stays for the next run, unless a task of this one is
+        # still on it (Ctrl-C, an error in the parent)
+        ending = [w for w in pool if kept is None or w.task is not None]
+        for worker in ending:
             worker.ask_to_stop()
-        for worker in pool:
+        for worker in ending:
             worker.stop()
+        if kept is not None:
+            kept.pool = [w for w in kept.pool if w not in ending]
     return results  # type: ignore[return-value]
 
 

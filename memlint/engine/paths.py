@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from memlint.analysis.project import ModuleFacts, Project, module_name
 from memlint.engine.cache import ResultCache, content_digest
@@ -17,6 +17,9 @@ from memlint.engine.source import analyse_source
 from memlint.engine.syntax import RuleCrash, syntax_error
 from memlint.analysis.files import NotRegular, open_regular
 from memlint.finding import Finding, InternalError
+
+if TYPE_CHECKING:  # multiprocessing only for a run that starts workers
+    from memlint.engine.isolation import Workers
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -177,7 +180,7 @@ def discover_sources(paths: Iterable[str], settings: Settings,
 
 def check_sources(sources: Sequence[Source], settings: Settings,
                   jobs: int | None = None, cache: ResultCache | None = None,
-                  noqa: bool = True) -> Report:
+                  noqa: bool = True, kept: Workers | None = None) -> Report:
     """Check files in supervised worker processes (see `isolation`): a file that
     crashes, hangs or swamps its worker is one MEM000 finding, the others are
     checked as if it were not there. `jobs` is capped at the CPUs and the files.
@@ -186,13 +189,15 @@ def check_sources(sources: Sequence[Source], settings: Settings,
     unless the run checks them anyway. With a `cache`, a file whose bytes it
     knows is not analysed again (the project's verdict is settled afresh
     either way). `noqa=False` keeps what `# noqa` comments hide (flake8's
-    `--disable-noqa`; the checked files then bypass the cache)."""
+    `--disable-noqa`; the checked files then bypass the cache). `kept`:
+    workers that live across runs (the editor server's, `check_keeping_pieces`)."""
     sources = [s if s.project is not None else replace(s, project=_project_of(s, settings))
                for s in sources]
     projects = _projects(sources, settings)
     others = [Source(path, project=root) for root, (_, rest) in projects.items() for path in rest]
     report = Report(files=len(sources))
-    outcomes = _outcomes([*sources, *others], settings, jobs, cache, len(sources), noqa, report)
+    outcomes = _outcomes([*sources, *others], settings, jobs, cache, len(sources), noqa, report,
+                         kept)
     settled: list[Finding] = []
     findings: dict[str, list[Finding]] = {}
     facts: dict[str, list[ModuleFacts | None]] = {}
@@ -226,7 +231,7 @@ def check_sources(sources: Sequence[Source], settings: Settings,
 
 
 def check_in_project(path: str, data: bytes | None, settings: Settings,
-                     noqa: bool = True) -> list[Finding]:
+                     noqa: bool = True, kept: Workers | None = None) -> list[Finding]:
     """One file as `memlint check FILE` checks it, for a front end that
     checks one file at a time (an editor, flake8): the rest of its project
     read for its facts, through the result cache in the project root where
@@ -234,7 +239,7 @@ def check_in_project(path: str, data: bytes | None, settings: Settings,
     from memlint.engine.cache import project_cache
 
     report = check_sources([Source(path, data)], settings, jobs=1,
-                           cache=project_cache(settings), noqa=noqa)
+                           cache=project_cache(settings), noqa=noqa, kept=kept)
     if report.errors:
         raise RuleCrash(report.errors[0].message)
     return [f for f in report.findings if f.path == path]
@@ -279,7 +284,8 @@ def _projects(sources: Sequence[Source], settings: Settings
 
 
 def _outcomes(sources: list[Source], settings: Settings, jobs: int | None,
-              cache: ResultCache | None, checked: int, noqa: bool, report: Report) -> list:
+              cache: ResultCache | None, checked: int, noqa: bool, report: Report,
+              kept: Workers | None = None) -> list:
     """Each source's FileResult (from the cache where it knows the bytes), or
     isolation's Failure for a file whose worker died, hung or hoarded."""
     outcomes: list = [None] * len(sources)
@@ -301,7 +307,7 @@ def _outcomes(sources: list[Source], settings: Settings, jobs: int | None,
     report.cached = sum(1 for i in range(checked) if outcomes[i] is not None)
     tasks = [replace(sources[i], data=keys[i][2]) if i in keys else sources[i]
              for i in missing]  # the bytes already read travel with the task
-    fresh = _check_supervised(tasks, settings, jobs, noqa) if tasks else []
+    fresh = _check_supervised(tasks, settings, jobs, noqa, kept) if tasks else []
     for index, outcome in zip(missing, fresh):
         outcomes[index] = outcome
         if cache is not None and index in keys and isinstance(outcome, FileResult) \
@@ -332,7 +338,7 @@ def _stamp(source: Source) -> tuple[int, int] | None:
 
 
 def _check_supervised(tasks: list[Source], settings: Settings, jobs: int | None,
-                      noqa: bool = True) -> list:
+                      noqa: bool = True, kept: Workers | None = None) -> list:
     """Each task's FileResult, or the Failure of the worker that had it.
     Imported here: a run answered whole from the cache starts no worker. A
     daemonic process (flake8 -j runs plugins in a pool of them) may start
@@ -345,7 +351,29 @@ def _check_supervised(tasks: list[Source], settings: Settings, jobs: int | None,
     from memlint.engine.isolation import Budget, run_supervised
 
     budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
-    return run_supervised(check, tasks, useful_jobs(jobs, len(tasks)), budget)
+    jobs = useful_jobs(jobs, len(tasks))
+    if kept is not None:  # its workers' check takes the settings with each task
+        return run_supervised(kept.check, [(t, settings, noqa) for t in tasks], jobs, budget,
+                              kept)
+    return run_supervised(check, tasks, jobs, budget)
+
+
+def check_keeping_pieces(task: tuple[Source, Settings, bool]) -> FileResult:
+    """The check of a worker kept across runs (`isolation.Workers`): the
+    top-level statements of the text it is given are parsed here and kept,
+    so the next version of the text parses only what an edit changed
+    (`engine/chunks.py`); in the worker, so that a statement that crashes
+    libcst's parser costs the worker, not the editor's server."""
+    source, settings, noqa = task
+    if source.data is not None and not source.path.endswith(NOTEBOOK_SUFFIX):
+        from memlint.engine.chunks import PIECES
+        from memlint.engine.source import Undecodable, decode
+
+        try:
+            PIECES.prepare(decode(source.data))
+        except Undecodable:
+            pass  # `analyse_file` reports it
+    return _check_one(source, settings, noqa)
 
 
 def _cache_key(source: Source, settings: Settings) -> tuple[str, str, bytes] | None:

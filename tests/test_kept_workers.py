@@ -1,0 +1,100 @@
+"""The editor server's worker lives across analyses (issue 29): it keeps the
+top-level statements it parsed, so an edit parses only what it changed, and
+no process is forked per keystroke burst; one that dies or hangs is replaced
+and the next analysis is as right as the first."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from memlint import Settings
+from memlint.engine import chunks
+from memlint.engine.isolation import Budget, Failure, Workers, run_supervised
+from memlint.engine.paths import Source, check_in_project, check_keeping_pieces
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="workers are forked here")
+
+SOURCE = ("import torch\n\n"
+          "def train(loader, model):\n"
+          "    for x in loader:\n"
+          "        model(x.cuda())\n\n"
+          "@torch.no_grad\n"
+          "def evaluate(model, x):\n"
+          "    return model(x)\n")
+
+
+def _pid(value: int) -> int:
+    return os.getpid()
+
+
+def _sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_kept_worker_serves_run_after_run():
+    kept = Workers(_pid)
+    try:
+        first = run_supervised(_pid, [1, 2], 1, Budget(), kept)
+        second = run_supervised(_pid, [3], 1, Budget(), kept)
+        assert len(set(first + second)) == 1 and first[0] != os.getpid()
+        assert kept.pool[0].process.is_alive()
+    finally:
+        kept.close()
+    assert kept.pool == []
+
+
+def test_a_kept_worker_that_hangs_or_dies_is_replaced():
+    kept = Workers(_sleep)
+    try:
+        hung, = run_supervised(_sleep, [5.0], 1, Budget(seconds=0.5), kept)
+        assert isinstance(hung, Failure) and "file-timeout" in hung.reason
+        assert run_supervised(_sleep, [0.0], 1, Budget(seconds=5), kept) == [0.0]
+        worker = kept.pool[0].process
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join()
+        assert run_supervised(_sleep, [0.0], 1, Budget(seconds=5), kept) == [0.0]
+        assert kept.pool[0].process.pid != worker.pid
+    finally:
+        kept.close()
+
+
+#: the texts libcst parsed in this process (a worker's own copy once forked)
+_PARSED: list[str] = []
+
+
+def _parses_counted(task):
+    """check_keeping_pieces, and the statements it parsed for this task."""
+    before = len(_PARSED)
+    result = check_keeping_pieces(task)
+    return result, _PARSED[before:]
+
+
+def test_the_kept_worker_parses_only_the_statement_an_edit_changed(tmp_path, monkeypatch):
+    parse_module = chunks.cst.parse_module
+
+    def counting(text, *args, **kwargs):
+        _PARSED.append(text)
+        return parse_module(text, *args, **kwargs)
+
+    monkeypatch.setattr(chunks.cst, "parse_module", counting)
+    path = str(tmp_path / "train.py")
+    edited = SOURCE.replace("model(x)\n", "model(x) \n")
+    settings = Settings(preview=True)
+    kept = Workers(_parses_counted)
+    try:
+        (before, parsed_first), (after, parsed_then) = [
+            run_supervised(_parses_counted, [(Source(path, text.encode()), settings, True)], 1,
+                           Budget(seconds=60), kept)[0] for text in (SOURCE, edited)]
+    finally:
+        kept.close()
+    assert len(parsed_first) == 3  # the import and the two functions
+    assert parsed_then == ["\n@torch.no_grad\ndef evaluate(model, x):\n    return model(x) \n"]
+    assert _PARSED == []  # the parent parsed nothing
+    fresh = check_in_project(path, edited.encode(), settings)
+    assert [(f.line, f.code) for f in after.findings] == [(f.line, f.code) for f in fresh]
+    assert [(f.line, f.code) for f in before.findings] == [(f.line, f.code) for f in fresh]
