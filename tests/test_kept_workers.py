@@ -5,9 +5,13 @@ and the next analysis is as right as the first."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +102,61 @@ def test_the_kept_worker_parses_only_the_statement_an_edit_changed(tmp_path, mon
     fresh = check_in_project(path, edited.encode(), settings)
     assert [(f.line, f.code) for f in after.findings] == [(f.line, f.code) for f in fresh]
     assert [(f.line, f.code) for f in before.findings] == [(f.line, f.code) for f in fresh]
+
+
+def _message(payload: dict) -> bytes:
+    body = json.dumps(payload).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(p) for p in (task / "children").read_text().split()]
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """Dead, or a zombie no one reaps (a container's init may not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_the_kept_worker_dies_with_a_killed_server(tmp_path, how):
+    """An editor killing its server (or the OOM killer) leaves no worker behind."""
+    pytest.importorskip("pygls")
+    (tmp_path / "pyproject.toml").write_text("[tool.memlint]\n")
+    uri = (tmp_path / "train.py").as_uri()
+    server = subprocess.Popen([sys.executable, "-m", "memlint", "server"], cwd=tmp_path,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        server.stdin.write(_message({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                     "params": {"capabilities": {}, "processId": None}}))
+        server.stdin.write(_message({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
+        server.stdin.write(_message({"jsonrpc": "2.0", "method": "textDocument/didOpen",
+                                     "params": {"textDocument": {
+                                         "uri": uri, "languageId": "python", "version": 1,
+                                         "text": SOURCE}}}))
+        server.stdin.flush()
+        seen = b""
+        while b"publishDiagnostics" not in seen:  # analysed: the worker is up
+            chunk = server.stdout.read1(65536)
+            assert chunk, "the server ended before publishing"
+            seen += chunk
+        workers = _children(server.pid)
+        assert workers
+    finally:
+        server.send_signal(how)
+        server.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in workers if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
