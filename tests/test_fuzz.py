@@ -216,6 +216,69 @@ def test_console_script_survives_and_never_writes(tmp_path_factory, console_alon
     assert snapshot(root) == before
 
 
+# -- a killed run (issue 29) ------------------------------------------------------------------
+
+
+def _descendants(pid: int) -> list[int]:
+    found, queue = [], [pid]
+    while queue:
+        for task in Path(f"/proc/{queue.pop()}/task").glob("*"):
+            try:
+                children = [int(p) for p in (task / "children").read_text().split()]
+            except OSError:  # gone meanwhile
+                continue
+            found += children
+            queue += children
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """Dead, or a zombie no one reaps (a container's init may not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
+@settings(FUZZ, max_examples=8 * SCALE)
+@given(data=hostile_files, jobs=st.sampled_from(["1", "2"]),
+       hazard=st.sampled_from(HAZARDS if hasattr(os, "mkfifo") else ["none"]),
+       how=st.sampled_from(["SIGKILL", "SIGTERM", "SIGINT"]), cache=st.booleans())
+def test_a_killed_run_leaves_no_worker_and_no_byte_changed(tmp_path_factory, data, jobs, hazard,
+                                                          how, cache):
+    """CI cancelling a job, the OOM killer, Ctrl-C: whatever the project holds,
+    killed while its workers check it, the run leaves no process behind and
+    the user's files as they were."""
+    import signal
+
+    root = tmp_path_factory.mktemp("killed")
+    for number in range(40):  # enough files that the workers are still busy
+        (root / f"step_{number}.py").write_text(GOOD["good_a.py"] * 20)
+    (root / "bad.py").write_bytes(data)
+    plant(root, hazard)
+    before = snapshot(root)
+    run = subprocess.Popen([sys.executable, "-m", "memlint", "check", "-j", jobs,
+                            "--file-timeout", "10", *([] if cache else ["--no-cache"]), "."],
+                           cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    deadline = time.monotonic() + 30
+    while not workers and run.poll() is None and time.monotonic() < deadline:
+        workers = _descendants(run.pid)
+        time.sleep(0.01)
+    run.send_signal(getattr(signal, how))
+    run.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in workers if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert snapshot(root) == before
+
+
 # -- --fix in every encoding and line shape (issue 29) ------------------------------------------
 
 #: text each encoding can hold, with spellings that decoding then encoding again would change
