@@ -475,7 +475,12 @@ def gives_media_samples(dataset: cst.BaseExpression | None, ctx: Context) -> boo
     torchaudio data set, or one given a transform that makes float tensors
     (`transform=transforms.Compose([..., transforms.ToTensor()])`, also through
     a name bound to it). A project's own data set class is asked separately
-    (does a method of it decode media?)."""
+    (does a method of it decode media?). A data set picked in the branches of
+    an `if` chain (`dataset = dset.ImageFolder(...)` / `elif ...: dataset =
+    dset.CIFAR10(...)`) is one where every branch is."""
+    if isinstance(dataset, cst.IfExp):
+        return all(gives_media_samples(ctx.resolve(branch), ctx)
+                   for branch in (dataset.body, dataset.orelse))
     if not isinstance(dataset, cst.Call):
         return False
     if is_media_dataset(ctx.qualify(dataset.func)):
