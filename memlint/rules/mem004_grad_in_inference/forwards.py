@@ -136,7 +136,12 @@ class Forwards:
         return False
 
     def called_module(self, call: cst.Call, unit: Unit) -> str | None:
-        """The name of the module this call runs forward, if it is one."""
+        """The name of the module this call runs forward, if it is one. A call
+        with no input (`configs.model()`) or of a name bound to classes
+        (`encoder = encoders.Linear`, or `partial(...)` of one, in each branch)
+        builds a module: it runs no forward."""
+        if not call.args:
+            return None
         target = call.func
         if isinstance(target, cst.Attribute) and target.attr.value == "forward":
             target = target.value
@@ -144,6 +149,8 @@ class Forwards:
         if name is None or self.ctx.qualify(target) is not None:
             return None  # `F.relu(x)`, `torch.sigmoid(x)`: library functions
         bound = self.ctx.binding(name)
+        if bound is not None and all(_names_a_class(v, self.ctx) for v in _branches(bound)):
+            return None
         if is_loss_name(name) or (bound is not None
                                   and constructed_kind(bound, self.ctx) in ("loss", "other")):
             return None  # `criterion(out, y)`: a loss; `core.compile_model(...)`: not PyTorch
@@ -341,6 +348,29 @@ class Forwards:
 
 
 VOLATILE_TOO = " (its Variable(..., volatile=True) has done nothing since PyTorch 0.4)"
+
+
+def _branches(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a name bound in the branches of an `if` chain may hold
+    (the context binds it to one conditional expression)."""
+    pending, found = [value], []
+    while pending and len(found) < 16:
+        node = pending.pop()
+        if isinstance(node, cst.IfExp):
+            pending += [node.orelse, node.body]
+        else:
+            found.append(node)
+    return found
+
+
+def _names_a_class(value: cst.BaseExpression, ctx: Context) -> bool:
+    """`encoders.Linear`, `partial(encoders.Linear, ...)`: a class, not an
+    instance (CapWords, as Python's own convention names classes)."""
+    if isinstance(value, cst.Call) and ctx.qualify(value.func) == "functools.partial" \
+            and value.args:
+        value = value.args[0].value
+    name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
+    return name is not None and _CLASS_NAME.fullmatch(name.rsplit(".", 1)[-1]) is not None
 
 
 def is_volatile(call: cst.Call) -> bool:
