@@ -106,13 +106,6 @@ class WholeDatasetToDevice(Rule):
         'adj = adj.cuda()\nfor epoch in range(200):\n    output = model(features, adj)',
         'import torch\ndata = dataset[0].to(device)\ndef train():\n'
         '    out = model(data.x, data.edge_index)',
-        # XLA / TPU and MPS devices are not CUDA
-        'import torch\nimport torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n'
-        'X_train = torch.tensor(X_train).to(device)',
-        'import torch\ndevice = "mps" if torch.backends.mps.is_available() else "cpu"\n'
-        'X_train = torch.tensor(X_train).to(device)',
-        # `from torch import *`: randn is torch's noise
-        'from torch import *\nX_train = randn(1000, 10).cuda()',
         # a helper that returns the model's output, not the data it moved
         'import torch\ndef predict(net, inputs):\n    return net(inputs.to(device))\n'
         'preds = predict(model, X_test)',
@@ -179,7 +172,10 @@ class WholeDatasetToDevice(Rule):
         #: (function or module, names fed whole) of each model call
         self._fed_whole: list[tuple[cst.CSTNode, set[str]]] = []
         #: TensorDatasets built from CUDA tensors: (call, statement, names it is bound to)
-        self._gpu_tensor_datasets: list[tuple[cst.Call, cst.CSTNode | None, frozenset[str]]] = []
+        #: TensorDatasets of GPU tensors: the call, its statement, its names, and
+        #: its arguments that name tensors moved before
+        self._gpu_tensor_datasets: list[tuple[cst.Call, cst.CSTNode | None, frozenset[str],
+                                              frozenset[str]]] = []
         #: DataLoaders: (the dataset as written, names the loader is bound to)
         self._loaders: list[tuple[cst.BaseExpression, frozenset[str]]] = []
         #: loaders whose batches some loop moves to a CUDA device
@@ -197,9 +193,12 @@ class WholeDatasetToDevice(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
         if qualified in TENSOR_DATASETS:
-            if any(_puts_on_cuda(arg.value, self.ctx) for arg in node.args):
+            # of tensors put on the GPU there, or of names bound to such (`X = X.cuda()`)
+            moved = frozenset(name for arg in node.args for name in [dotted_name(arg.value)]
+                              if name and _puts_on_cuda(self.ctx.resolve(arg.value), self.ctx))
+            if moved or any(_puts_on_cuda(arg.value, self.ctx) for arg in node.args):
                 self._gpu_tensor_datasets.append((node, self.statement(),
-                                                  self._dataset_names(node)))
+                                                  self._dataset_names(node), moved))
             return
         if qualified in DATA_LOADERS:
             dataset = call_arg(node, "dataset", 0)
@@ -343,10 +342,16 @@ class WholeDatasetToDevice(Rule):
         tensor is used: indexed batch by batch afterwards (whole, whatever its
         name), or fed whole to a model in a module that never batches (full-batch
         training: the data set is the batch, so its size is the batch's)."""
-        for dataset, statement, names in self._gpu_tensor_datasets:
-            self._report_once(dataset, self.TENSOR_DATASET_MESSAGE, statement,
-                              host_dataset_fix(dataset, names, self._loaders,
-                                               self._loaders_moved_per_batch, self.ctx))
+        for dataset, statement, names, moved in self._gpu_tensor_datasets:
+            moves = [m for m in self._moves if m.targets & moved][:1]  # where it goes first
+            for move in moves:
+                self._report_once(move.node, self.MESSAGE.format(
+                    source=_shorten(move.source), how=" and wrapped in a TensorDataset"),
+                    move.statement)
+            if not moves:
+                self._report_once(dataset, self.TENSOR_DATASET_MESSAGE, statement,
+                                  host_dataset_fix(dataset, names, self._loaders,
+                                                   self._loaders_moved_per_batch, self.ctx))
         for helper, position, name, place in self._passed:
             if position in self._slicing_helpers.get(helper, ()):
                 self._sliced.setdefault(name, []).append((place, None))

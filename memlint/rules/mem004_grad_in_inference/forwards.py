@@ -353,7 +353,7 @@ VOLATILE_TOO = " (its Variable(..., volatile=True) has done nothing since PyTorc
 def _branches(value: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The values a name bound in the branches of an `if` chain may hold
     (the context binds it to one conditional expression)."""
-    pending, found = [value], []
+    pending, found = [value], list[cst.BaseExpression]()
     while pending and len(found) < 16:
         node = pending.pop()
         if isinstance(node, cst.IfExp):
