@@ -216,6 +216,62 @@ def test_console_script_survives_and_never_writes(tmp_path_factory, console_alon
     assert snapshot(root) == before
 
 
+# -- unreadable paths in the project (issue 29) -----------------------------------------------
+
+
+@settings(FUZZ, max_examples=10 * SCALE)
+@given(data=hostile_files, locked=st.sampled_from(["file", "folder"]),
+       name=st.sampled_from(["bad.py", "sub/bad.py"]))
+def test_an_unreadable_path_is_said_and_costs_no_other_findings(tmp_path_factory, console_alone,
+                                                                data, locked, name):
+    """A file or folder memlint may not read (simulated: the tests may run as
+    root, who reads everything), beside a hostile file: it is named on stderr
+    or as a MEM000, the run exits 2 or 1, never with a traceback, and the
+    other files' findings are as they are alone."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from memlint.cli.main import main
+
+    root = tmp_path_factory.mktemp("locked")
+    for good, text in GOOD.items():
+        (root / good).write_text(text)
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    (root / name).write_bytes(data)
+    secret = root / ("secret.py" if locked == "file" else "locked")
+    if locked == "file":
+        secret.write_text("import torch\n")
+    else:
+        secret.mkdir()
+        (secret / "train.py").write_text(GOOD["good_a.py"])
+    real_open, real_scandir = os.open, os.scandir
+
+    def refusing_open(path, *args, **kwargs):
+        if os.path.abspath(path) == str(secret):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    def refusing_scandir(path="."):
+        if os.path.abspath(path) == str(secret):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch("os.open", refusing_open), mock.patch("os.scandir", refusing_scandir), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["check", "--no-cache", "-j", "1", "--preview", "--file-timeout", "10",
+                     str(root)])
+    assert "Traceback" not in err.getvalue()
+    said = out.getvalue() + err.getvalue()
+    assert "Permission denied" in said
+    assert code == (2 if locked == "folder" else 1)
+    shown = [f"./{line.removeprefix(str(root) + '/')}" for line in out.getvalue().splitlines()
+             if line.startswith(str(root)) and "/bad.py:" not in line and "/secret.py:" not in line
+             and "/locked/" not in line]
+    assert shown == console_alone
+
+
 # -- a killed run (issue 29) ------------------------------------------------------------------
 
 
