@@ -126,10 +126,17 @@ def figures_block(listings: tuple[str, ...], source: str,
             + "#: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count\n"
             f"HELDOUT_LISTINGS: tuple[str, ...] = {listings!r}\n"
             "#: rules measured on some of those listings only (changed since the others)\n"
-            f"RULE_LISTINGS: dict[str, tuple[str, ...]] = {per_rule!r}\n"
+            f"RULE_LISTINGS: dict[str, tuple[str, ...]] = {_dict_lines(per_rule)}\n"
             "#: what the figures are: which sets, judged at which commit, when; which corpus\n"
             f"SOURCE = ({_wrapped(source)})\n"
             "MEASURED: dict[str, Measured] = {\n" + "\n".join(rows) + "\n}\n")
+
+
+def _dict_lines(mapping: dict[str, tuple[str, ...]]) -> str:
+    """A dict literal with one entry per line (within the line length)."""
+    if not mapping:
+        return "{}"
+    return "{\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in mapping.items()) + "}"
 
 
 def _wrapped(text: str, width: int = 80) -> str:

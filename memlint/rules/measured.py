@@ -121,7 +121,10 @@ def preview_codes() -> frozenset[str]:
 #: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count
 HELDOUT_LISTINGS: tuple[str, ...] = ('heldout11_*', 'heldout12_*', 'heldout13_*', 'heldout14_*')
 #: rules measured on some of those listings only (changed since the others)
-RULE_LISTINGS: dict[str, tuple[str, ...]] = {'MEM005': ('heldout13_*', 'heldout14_*'), 'MEM007': ('heldout13_*', 'heldout14_*')}
+RULE_LISTINGS: dict[str, tuple[str, ...]] = {
+    'MEM005': ('heldout13_*', 'heldout14_*'),
+    'MEM007': ('heldout13_*', 'heldout14_*'),
+}
 #: what the figures are: which sets, judged at which commit, when; which corpus
 SOURCE = ('106 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*) '
           'judged at 912cbe8 and d923155 and 52aba62 and 7c8e542; frequency on the review '

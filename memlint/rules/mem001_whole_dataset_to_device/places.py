@@ -12,7 +12,7 @@ from memlint.analysis.names import dotted_name
 from memlint.analysis.torch_api import SAME_DATA_CALLS
 from memlint.analysis.walker import children
 from memlint.rules.mem001_whole_dataset_to_device.facts import (
-    _chains_to, _paired_target, _target_names)
+    _chains_to, _paired_target, _puts_on_cuda, _target_names)
 
 #: Function names where the whole data set is loaded and prepared.
 _SETUP_WORDS = {"init", "setup", "prepare", "load", "read", "build", "make", "create",
@@ -255,3 +255,12 @@ def batch_loader(ctx: Context, moved: cst.BaseExpression) -> str | None:
     while isinstance(iterable, cst.Call) and iterable.args:  # enumerate(), tqdm()
         iterable = iterable.args[0].value
     return dotted_name(iterable)
+
+
+def names_moved_before(ctx: Context, dataset: cst.Call) -> set[str]:
+    """The arguments of `TensorDataset(X, Y)` that name tensors put on the GPU
+    where they were bound in this scope (`X = X.cuda()`); a parameter of the
+    function is what a caller handed, not followed."""
+    return {name for arg in dataset.args for name in [dotted_name(arg.value)]
+            if name and name in ctx.scope.bindings
+            and _puts_on_cuda(ctx.resolve(arg.value), ctx)}

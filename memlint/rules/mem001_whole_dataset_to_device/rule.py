@@ -16,8 +16,8 @@ from memlint.rules.mem001_whole_dataset_to_device.facts import (
     _Move, _Place, _prefixes, _puts_on_cuda, _shorten)
 from memlint.rules.mem001_whole_dataset_to_device.places import (
     assigned_names, at_setup_level, batch_loader, fed_to_a_model, from_a_parameter,
-    in_module_constructor, in_step_function, is_model, parameter_moved, parameter_position,
-    returns_moved, slices_batches)
+    in_module_constructor, in_step_function, is_model, names_moved_before, parameter_moved,
+    parameter_position, returns_moved, slices_batches)
 from memlint.rules.mem001_whole_dataset_to_device.uses import (
     batched_after, full_batch_names, host_dataset_fix)
 
@@ -175,7 +175,7 @@ class WholeDatasetToDevice(Rule):
         #: TensorDatasets of GPU tensors: the call, its statement, its names, and
         #: its arguments that name tensors moved before
         self._gpu_tensor_datasets: list[tuple[cst.Call, cst.CSTNode | None, frozenset[str],
-                                              frozenset[str]]] = []
+                                              _Move | None]] = []
         #: DataLoaders: (the dataset as written, names the loader is bound to)
         self._loaders: list[tuple[cst.BaseExpression, frozenset[str]]] = []
         #: loaders whose batches some loop moves to a CUDA device
@@ -194,11 +194,12 @@ class WholeDatasetToDevice(Rule):
         qualified = self.ctx.qualify(node.func)
         if qualified in TENSOR_DATASETS:
             # of tensors put on the GPU there, or of names bound to such (`X = X.cuda()`)
-            moved = frozenset(name for arg in node.args for name in [dotted_name(arg.value)]
-                              if name and _puts_on_cuda(self.ctx.resolve(arg.value), self.ctx))
+            moved = names_moved_before(self.ctx, node)
+            first = next((m for m in self._moves if m.targets & moved
+                          and m.place.function is self.ctx.function), None)
             if moved or any(_puts_on_cuda(arg.value, self.ctx) for arg in node.args):
                 self._gpu_tensor_datasets.append((node, self.statement(),
-                                                  self._dataset_names(node), moved))
+                                                  self._dataset_names(node), first))
             return
         if qualified in DATA_LOADERS:
             dataset = call_arg(node, "dataset", 0)
@@ -342,13 +343,12 @@ class WholeDatasetToDevice(Rule):
         tensor is used: indexed batch by batch afterwards (whole, whatever its
         name), or fed whole to a model in a module that never batches (full-batch
         training: the data set is the batch, so its size is the batch's)."""
-        for dataset, statement, names, moved in self._gpu_tensor_datasets:
-            moves = [m for m in self._moves if m.targets & moved][:1]  # where it goes first
-            for move in moves:
+        for dataset, statement, names, move in self._gpu_tensor_datasets:
+            if move is not None:  # reported where its first tensor goes to the GPU
                 self._report_once(move.node, self.MESSAGE.format(
                     source=_shorten(move.source), how=" and wrapped in a TensorDataset"),
                     move.statement)
-            if not moves:
+            else:
                 self._report_once(dataset, self.TENSOR_DATASET_MESSAGE, statement,
                                   host_dataset_fix(dataset, names, self._loaders,
                                                    self._loaders_moved_per_batch, self.ctx))
