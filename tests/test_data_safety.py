@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from memlint.engine.cache import CACHE_DIR_NAME
+from tests.processes import gone
 
 FLAGGED = "import torch.cuda\n\nstate = torch.load('ckpt.pt')\n"
 FIXED = "import torch.cuda\n\nstate = torch.load('ckpt.pt', map_location=\"cpu\")\n"
@@ -400,21 +401,6 @@ run_supervised(partial(check, sys.argv[1]), ["quick", "hang"], 2, Budget())
 """
 
 
-def _gone(pid: int) -> bool:
-    """Dead, or a zombie waiting for a reaper that may never come in a container."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except FileNotFoundError:
-        return True
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-
 def _wait_until(condition, seconds: float = 60) -> bool:
     import time
     deadline = time.monotonic() + seconds
@@ -439,10 +425,10 @@ def test_8_workers_die_with_a_killed_parent(tmp_path):
         parent.wait()
     workers = [int(p.read_text()) for p in pid_files]
     try:
-        assert _wait_until(lambda: all(_gone(pid) for pid in workers), seconds=30), workers
+        assert _wait_until(lambda: all(gone(pid) for pid in workers), seconds=30), workers
     finally:
         for pid in workers:
-            if not _gone(pid):
+            if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
 
 

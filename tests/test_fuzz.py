@@ -40,6 +40,7 @@ from memlint.engine import Source, check_sources
 from memlint.engine.cache import CACHE_DIR_NAME
 from memlint.finding import message_parts
 from tests.expectations import fixture_files
+from tests.processes import descendants, left_after
 
 SCALE = int(os.environ.get("MEMLINT_FUZZ_SCALE", "1"))
 FIXTURE_BYTES = [p.read_bytes() for p in fixture_files(".py")]
@@ -275,27 +276,6 @@ def test_an_unreadable_path_is_said_and_costs_no_other_findings(tmp_path_factory
 # -- a killed run (issue 29) ------------------------------------------------------------------
 
 
-def _descendants(pid: int) -> list[int]:
-    found, queue = [], [pid]
-    while queue:
-        for task in Path(f"/proc/{queue.pop()}/task").glob("*"):
-            try:
-                children = [int(p) for p in (task / "children").read_text().split()]
-            except OSError:  # gone meanwhile
-                continue
-            found += children
-            queue += children
-    return found
-
-
-def _gone(pid: int) -> bool:
-    """Dead, or a zombie no one reaps (a container's init may not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
 @settings(FUZZ, max_examples=8 * SCALE)
@@ -321,17 +301,11 @@ def test_a_killed_run_leaves_no_worker_and_no_byte_changed(tmp_path_factory, dat
     workers: list[int] = []
     deadline = time.monotonic() + 30
     while not workers and run.poll() is None and time.monotonic() < deadline:
-        workers = _descendants(run.pid)
+        workers = descendants(run.pid)
         time.sleep(0.01)
     run.send_signal(getattr(signal, how))
     run.wait(timeout=60)
-    deadline = time.monotonic() + 30
-    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = [pid for pid in workers if not _gone(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
+    assert left_after(workers) == []
     assert snapshot(root) == before
 
 

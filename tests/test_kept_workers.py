@@ -19,6 +19,7 @@ from memlint import Settings
 from memlint.engine import chunks
 from memlint.engine.isolation import Budget, Failure, Workers, run_supervised
 from memlint.engine.paths import Source, check_in_project, check_keeping_pieces
+from tests.processes import descendants, left_after
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="workers are forked here")
 
@@ -109,21 +110,6 @@ def _message(payload: dict) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(p) for p in (task / "children").read_text().split()]
-    return found
-
-
-def _gone(pid: int) -> bool:
-    """Dead, or a zombie no one reaps (a container's init may not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc (Linux)")
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_the_kept_worker_dies_with_a_killed_server(tmp_path, how):
@@ -148,15 +134,9 @@ def test_the_kept_worker_dies_with_a_killed_server(tmp_path, how):
             chunk = server.stdout.read1(65536)
             assert chunk, "the server ended before publishing"
             seen += chunk
-        workers = _children(server.pid)
+        workers = descendants(server.pid)
         assert workers
     finally:
         server.send_signal(how)
         server.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = [pid for pid in workers if not _gone(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
+    assert left_after(workers) == []
