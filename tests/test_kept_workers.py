@@ -59,11 +59,12 @@ def test_a_kept_worker_that_hangs_or_dies_is_replaced():
         hung, = run_supervised(_sleep, [5.0], 1, Budget(seconds=0.5), kept)
         assert isinstance(hung, Failure) and "file-timeout" in hung.reason
         assert run_supervised(_sleep, [0.0], 1, Budget(seconds=5), kept) == [0.0]
-        worker = kept.pool[0].process
+        worker, dead_end = kept.pool[0].process, kept.pool[0].connection
         os.kill(worker.pid, signal.SIGKILL)
         worker.join()
         assert run_supervised(_sleep, [0.0], 1, Budget(seconds=5), kept) == [0.0]
         assert kept.pool[0].process.pid != worker.pid
+        assert len(kept.pool) == 1 and dead_end.closed  # the dead one let go of
     finally:
         kept.close()
 

@@ -73,7 +73,10 @@ class Workers:
         self.pool: list[_Worker] = []
 
     def take(self, count: int) -> list[_Worker]:
-        """`count` workers, started where fewer are alive."""
+        """`count` workers, started where fewer are alive (one that died
+        between runs, killed from outside, is let go of: its pipe closed)."""
+        for worker in [w for w in self.pool if not w.process.is_alive()]:
+            worker.stop()
         self.pool = [w for w in self.pool if w.process.is_alive()]
         self.pool += [_Worker(self.check) for _ in range(count - len(self.pool))]
         return self.pool[:count]
