@@ -42,9 +42,7 @@ def outcomes(cases: list[dict], mirrors: Path, work: Path) -> list[dict]:
     """Each case with `reported`: whether memlint flags its rule on its line
     (preview included), and `by_default`: whether `memlint check` without
     `--preview` does (a rule of the default set, not a variant in preview)."""
-    from memlint import Settings
-
-    default_codes = Settings().selected_codes()
+    default_codes = _default_codes()
     by_tree: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
     for case in cases:
         by_tree[(case["repo"], case["commit"])].append(case)
@@ -99,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             mark = "ok  " if case["reported"] == wanted else "MISS" if wanted else "FLAG"
             print(f"{mark} {case['code']} {case['repo']} {case['path']}:{case['line']}")
     print(table(done))
-    default = [c for c in done if c["label"] == "POSITIVE" and c["code"] in _default_codes()]
+    codes = _default_codes()
+    default = [c for c in done if c["label"] == "POSITIVE" and c["code"] in codes]
     print(f"Of the default set alone: {sum(c['by_default'] for c in default)} of "
           f"{len(default)} true cases of its rules found.")
     return 0

@@ -438,6 +438,20 @@ _SCOPE_NODES = frozenset({cst.FunctionDef, cst.ClassDef, cst.Lambda})
 _BRANCH_NODES = frozenset({cst.If, cst.Else})
 
 
+def either_values(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a name may hold where `_bind` joined the assignments of an
+    `if`/`elif`/`else` chain into one conditional expression (nested:
+    `IfExp(IfExp(a, b), c)`), or `a if x else b` as written; else `[value]`."""
+    pending, found = [value], []
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.IfExp):
+            pending += [node.orelse, node.body]
+        else:
+            found.append(node)
+    return found
+
+
 def other_branch(before: tuple[tuple[cst.If, cst.CSTNode], ...],
                   now: tuple[tuple[cst.If, cst.CSTNode], ...]) -> bool:
     """Whether two assignments sit in different branches of one `if` chain."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
-from memlint.analysis.context import Context
+from memlint.analysis.context import Context, either_values
 from memlint.analysis.devices import moves_to_cuda
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.models import built_kind, unchained
@@ -397,14 +397,9 @@ def collate_moves_to_device(loader: cst.Call, ctx: Context) -> bool:
     given the training device, so the batches it returns are already there
     (also when every branch of an `if`/`elif`/`else` binds it so)."""
     collate = call_arg(loader, "collate_fn", position=_COLLATE_POSITION)
-    value = ctx.resolve(collate.value) if collate is not None else None
-    choices, pending = [], [value]
-    while pending:  # `if/elif/else` bindings nest: IfExp(IfExp(a, b), c)
-        choice = pending.pop()
-        if isinstance(choice, cst.IfExp):
-            pending += [choice.body, choice.orelse]
-        else:
-            choices.append(choice)
+    if collate is None:
+        return False
+    choices = either_values(ctx.resolve(collate.value))
     return all(isinstance(c, cst.Call) and ctx.qualify(c.func) == "functools.partial"
                and call_arg(c, "device") is not None for c in choices)
 

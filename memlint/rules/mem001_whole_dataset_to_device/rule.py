@@ -171,9 +171,8 @@ class WholeDatasetToDevice(Rule):
         self._order = 0  # moves, subscripts and calls seen so far: what comes after a move
         #: (function or module, names fed whole) of each model call
         self._fed_whole: list[tuple[cst.CSTNode, set[str]]] = []
-        #: TensorDatasets built from CUDA tensors: (call, statement, names it is bound to)
-        #: TensorDatasets of GPU tensors: the call, its statement, its names, and
-        #: its arguments that name tensors moved before
+        #: TensorDatasets of GPU tensors: (call, statement, names it is bound to,
+        #: the move of the first argument bound to a GPU tensor in this function)
         self._gpu_tensor_datasets: list[tuple[cst.Call, cst.CSTNode | None, frozenset[str],
                                               _Move | None]] = []
         #: DataLoaders: (the dataset as written, names the loader is bound to)
@@ -196,7 +195,7 @@ class WholeDatasetToDevice(Rule):
             # of tensors put on the GPU there, or of names bound to such (`X = X.cuda()`)
             moved = names_moved_before(self.ctx, node)
             first = next((m for m in self._moves if m.targets & moved
-                          and m.place.function is self.ctx.function), None)
+                          and m.place.function is self.ctx.function), None) if moved else None
             if moved or any(_puts_on_cuda(arg.value, self.ctx) for arg in node.args):
                 self._gpu_tensor_datasets.append((node, self.statement(),
                                                   self._dataset_names(node), first))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.walker import children
-from memlint.analysis.context import BindingSite, Context, Scope
+from memlint.analysis.context import BindingSite, Context, Scope, either_values
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
 from memlint.analysis.module_index import ClassInfo, ModuleIndex
@@ -149,7 +149,7 @@ class Forwards:
         if name is None or self.ctx.qualify(target) is not None:
             return None  # `F.relu(x)`, `torch.sigmoid(x)`: library functions
         bound = self.ctx.binding(name)
-        if bound is not None and all(_names_a_class(v, self.ctx) for v in _branches(bound)):
+        if bound is not None and all(_names_a_class(v, self.ctx) for v in either_values(bound)):
             return None
         if is_loss_name(name) or (bound is not None
                                   and constructed_kind(bound, self.ctx) in ("loss", "other")):
@@ -348,19 +348,6 @@ class Forwards:
 
 
 VOLATILE_TOO = " (its Variable(..., volatile=True) has done nothing since PyTorch 0.4)"
-
-
-def _branches(value: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The values a name bound in the branches of an `if` chain may hold
-    (the context binds it to one conditional expression)."""
-    pending, found = [value], list[cst.BaseExpression]()
-    while pending and len(found) < 16:
-        node = pending.pop()
-        if isinstance(node, cst.IfExp):
-            pending += [node.orelse, node.body]
-        else:
-            found.append(node)
-    return found
 
 
 def _names_a_class(value: cst.BaseExpression, ctx: Context) -> bool:
