@@ -115,3 +115,51 @@ def test_an_edit_is_cut_as_the_whole_text_would_be():
         if expected is None:  # back to a text that parses, as an editor's user does
             source = "".join(path.read_text(encoding="utf-8") for path in FILES[:12])
     assert checked > 100
+
+
+def _project_of_fixtures(count: int) -> str:
+    """Fixtures, each wrapped in its own function (as the server soak does)."""
+    parts = ["import torch\n"]
+    for index, path in enumerate(FILES[:count]):
+        body = "".join(f"    {line}" if line.strip() else line
+                       for line in path.read_text(encoding="utf-8").splitlines(keepends=True))
+        block = f"\n# {path.name}\ndef fixture_{index}():\n{body}\n    return None\n"
+        try:
+            compile(block, "block", "exec")
+        except SyntaxError:
+            continue
+        parts.append(block)
+    return "".join(parts)
+
+
+def test_findings_placed_again_after_an_edit_are_where_a_whole_parse_puts_them(monkeypatch):
+    """The server places the findings of statements an edit did not touch
+    from the ranges of its last analysis, moved by the lines the edit added
+    or removed above them; they must be where parsing the new text whole
+    puts them, and no code is generated for those statements."""
+    from memlint.engine import positions
+
+    source = _project_of_fixtures(60)
+    pieces = TopLevelTrees()
+    monkeypatch.setattr(chunks, "PIECES", pieces)
+    monkeypatch.setattr("memlint.engine.parsed.PIECES", pieces)
+    assert pieces.prepare(source)
+    first = findings_of(source, "big.py")
+    assert len(first) > 20, "too few findings to test their placing"
+    generated: list[str] = []
+    real = positions._generated
+    monkeypatch.setattr(positions, "_generated",
+                        lambda module, statement, *rest: generated.append(
+                            cst.Module([]).code_for_node(statement)) or real(module, statement, *rest))
+    edits = [source.replace("import torch\n", "import torch\n\nA = 1\nB = (2,\n     3)\n", 1),
+             source.replace("\n    return None\n", "\n    return None  # edited\n\n\n", 1)]
+    for edited in edits:
+        generated.clear()
+        before = set(pieces._prepared[-1][1])
+        assert pieces.prepare(edited)
+        kept = findings_of(edited, "big.py")
+        monkeypatch.setattr("memlint.engine.parsed.PIECES", TopLevelTrees())  # parsed whole
+        assert kept == findings_of(edited, "big.py")
+        monkeypatch.setattr("memlint.engine.parsed.PIECES", pieces)
+        changed = set(pieces._prepared[-1][1]) - before
+        assert all(code in changed for code in generated), "code generated for a kept statement"

@@ -18,11 +18,12 @@ import builtins
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
-from memlint.analysis.context import Context, either_values
+from memlint.analysis.context import Context, Scope, either_values
 from memlint.analysis.devices import moves_to_cuda
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.models import built_kind, unchained
@@ -304,12 +305,17 @@ def local_owner(ctx: Context, name: str) -> cst.FunctionDef | None:
     function = ctx.function
     if function is None or "." in name or ctx.scope.node is not function:
         return None
-    scope = ctx.scope
+    return function if is_local(ctx.scope, name) else None
+
+
+def is_local(scope: Scope, name: str) -> bool:
+    """Whether `name` is bound in the function body `scope` so far: assigned,
+    a loop's target, or a parameter."""
     if name in scope.bindings or name in scope.loop_targets:
-        return function
-    params = function.params
-    return function if any(p.name.value == name for p in (
-        *params.posonly_params, *params.params, *params.kwonly_params)) else None
+        return True
+    params = cast(cst.FunctionDef, scope.node).params
+    return any(p.name.value == name for p in (
+        *params.posonly_params, *params.params, *params.kwonly_params))
 
 
 def _assigned_names(node: cst.Assign) -> set[str]:

@@ -23,6 +23,8 @@ from typing import NamedTuple
 
 import libcst as cst
 
+from memlint.engine.positions import KnownPositions
+
 
 class Piece(NamedTuple):
     """One top-level statement (or `a; b` line) parsed alone."""
@@ -37,6 +39,10 @@ class Assembled(NamedTuple):
     #: id of each top-level statement -> the line its code starts on (its
     #: leading comments and blank lines included), one-based
     first_lines: dict[int, int]
+    #: id of a top-level statement -> the text of its piece, for those whose
+    #: nodes are the piece's own (not the first: its header is the module's;
+    #: not a copy of a piece whose text comes twice)
+    texts: dict[int, str]
 
 
 #: how many prepared texts keep their pieces (an editor with a few files open)
@@ -49,6 +55,8 @@ class TopLevelTrees:
     def __init__(self) -> None:
         self._pieces: dict[str, Piece] = {}
         self._prepared: list[tuple[str, list[str]]] = []  # (text, its pieces' texts), newest last
+        #: where the reported nodes of the kept pieces are (`engine/positions.py`)
+        self.positions = KnownPositions()
 
     def prepare(self, source: str) -> bool:
         """Cut and parse `source` so that `assemble` can build its tree; False
@@ -72,6 +80,7 @@ class TopLevelTrees:
         live = {text for _, kept in self._prepared for text in kept}
         for text in [t for t in self._pieces if t not in live]:
             del self._pieces[text]
+        self.positions.keep_only(live)
         return True
 
     def _cut_again(self, source: str) -> list[str] | None:
@@ -105,7 +114,7 @@ class TopLevelTrees:
         texts = next((kept for text, kept in self._prepared if text == source), None)
         if texts is None:
             return None
-        return join_pieces([self._pieces[text] for text in texts])
+        return join_pieces([self._pieces[text] for text in texts], texts)
 
 
 def cut_at_statements(source: str) -> list[str] | None:
@@ -143,17 +152,19 @@ def cut_at_statements(source: str) -> list[str] | None:
     return pieces if all(pieces) else None
 
 
-def join_pieces(pieces: Sequence[Piece]) -> Assembled | None:
+def join_pieces(pieces: Sequence[Piece], texts: Sequence[str] = ()) -> Assembled | None:
     """One Module of the pieces' statements: the first piece's header, the
     last one's footer; a later piece's header (its leading comments) goes to
     its statement's leading lines, where a whole parse puts them. None when
     the pieces' code would differ from the text's: a piece libcst reads as
     several statements, or with other line endings or (around an indented
-    block) another indentation than the first piece's."""
+    block) another indentation than the first piece's. `texts`: the pieces'
+    texts, for `Assembled.texts`."""
     first, last = pieces[0].module, pieces[-1].module
     indent, newline = first.default_indent, first.default_newline
     body: list[cst.BaseStatement] = []
     first_lines: dict[int, int] = {}
+    by_text: dict[int, str] = {}
     line = 1
     used: set[int] = set()
     for index, piece in enumerate(pieces):
@@ -163,20 +174,23 @@ def join_pieces(pieces: Sequence[Piece]) -> Assembled | None:
                 or (module is not last and module.footer):
             return None
         statement = module.body[0]
-        if id(statement) in used:  # the same text twice: the analyses tell nodes apart by id
+        copied = id(statement) in used
+        if copied:  # the same text twice: the analyses tell nodes apart by id
             statement = statement.deep_clone()
         used.add(id(module.body[0]))
         if index:
             statement = statement.with_changes(
                 leading_lines=(*module.header, *statement.leading_lines))
             first_lines[id(statement)] = line
+            if not copied and index < len(texts):
+                by_text[id(statement)] = texts[index]
         else:
             first_lines[id(statement)] = line + len(module.header)
         body.append(statement)
         line += piece.lines
     module = first.with_changes(body=body, footer=last.footer,
                                 has_trailing_newline=last.has_trailing_newline)
-    return Assembled(module, first_lines)
+    return Assembled(module, first_lines, by_text)
 
 
 def _has_blocks(module: cst.Module) -> bool:

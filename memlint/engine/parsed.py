@@ -23,7 +23,7 @@ from memlint.analysis.flows import ValueFlows
 from memlint.analysis.names import ImportTable
 from memlint.analysis.project import ModuleFacts
 from memlint.analysis.walker import handlers_for, walk
-from memlint.engine.chunks import PIECES
+from memlint.engine.chunks import PIECES, Assembled
 from memlint.engine.positions import positions_of
 from memlint.engine.settings import Settings
 from memlint.engine.syntax import LIBCST_POSITION, RuleCrash, nested_too_deeply, syntax_error
@@ -39,7 +39,7 @@ def check_parsed(source: str, path: str, settings: Settings, noqa: bool,
     """The findings of the rules `codes` (those whose screen passed), from one
     parse and one walk; `facts` is filled in as the walk goes, also by the rules
     `informants` (not selected here, walked for what they tell other files only)."""
-    with _collector_paused():
+    with collector_paused():
         return _check_parsed(source, path, settings, noqa, codes, facts, informants or [])
 
 
@@ -90,9 +90,8 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
     if not reports:
         return []
     try:
-        first_lines = assembled.first_lines if assembled is not None else None
         placed = _place(module, source, path, reports, noqa, settings.severity_of,
-                        ctx.top_statements, first_lines)
+                        ctx.top_statements, assembled)
         return _original_columns(placed, original) if tabs_expanded else placed
     except RecursionError:  # libcst's code generation recurses in Python
         return [syntax_error(path, 1, 1, "cannot analyse the file: nested too deeply for "
@@ -100,7 +99,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """libcst builds hundreds of thousands of acyclic nodes per file; the cyclic
     garbage collector scanning them as they are made costs ~10% of the parse
     and frees nothing (reference counting does)."""
@@ -233,14 +232,16 @@ def _rule_severity(code: str, reported: str | None = None) -> str:
 def _place(module: cst.Module, source: str, path: str, reports: list[tuple[Rule, Report]],
            noqa: bool = True, severity_of=_rule_severity,
            tops: dict[int, cst.CSTNode] | None = None,
-           first_lines: dict[int, int] | None = None) -> list[Finding]:
+           assembled: Assembled | None = None) -> list[Finding]:
     """Turn reported nodes into positioned, unsuppressed, de-duplicated findings
-    (`tops`, `first_lines`: see `positions_of`)."""
+    (`tops` and the `assembled` pieces' lines and texts: see `positions_of`)."""
     wanted = [n for _, (node, stmt, _, _, related, fix, *_) in reports
               for n in (node, stmt, *(evidence for evidence, _ in related), *_fixed_nodes(fix))
               if n is not None]
     lines = LINE_BREAK.split(source)
-    positions = positions_of(module, wanted, tops, first_lines)
+    positions = positions_of(module, wanted, tops) if assembled is None else \
+        positions_of(module, wanted, tops, assembled.first_lines, assembled.texts,
+                     PIECES.positions)
     if "\f" in source:
         positions = _form_feeds_counted(positions, lines)
     findings = set()

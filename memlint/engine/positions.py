@@ -78,9 +78,35 @@ class _TargetedPositionState(CodegenState):
         self.ranges[id(node)] = CodeRange(start, end)
 
 
+class KnownPositions:
+    """Ranges found in earlier analyses, by the text of the top-level statement
+    they are in, relative to its first line: an edit elsewhere moves that
+    statement down or up but keeps its nodes (`engine/chunks.py` reuses them),
+    so the editor server places its findings again without generating code.
+    Kept by the owner of the pieces, which forgets a statement's ranges when
+    it forgets the statement (a node's id may then be another node's)."""
+
+    def __init__(self) -> None:
+        self._by_text: dict[str, dict[int, CodeRange]] = {}
+
+    def of(self, text: str) -> dict[int, CodeRange]:
+        return self._by_text.setdefault(text, {})
+
+    def keep_only(self, texts: set[str]) -> None:
+        for text in [t for t in self._by_text if t not in texts]:
+            del self._by_text[text]
+
+
+#: the key of a top-level statement's own range among those of its nodes: the
+#: statement is rebuilt with each assembly, its nodes are not
+_ITSELF = 0
+
+
 def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode],
                  tops: dict[int, cst.CSTNode] | None = None,
-                 first_lines: dict[int, int] | None = None) -> dict[int, CodeRange]:
+                 first_lines: dict[int, int] | None = None,
+                 texts: dict[int, str] | None = None,
+                 known: KnownPositions | None = None) -> dict[int, CodeRange]:
     """`id(node) -> CodeRange` for `nodes`, in PositionProvider's convention
     (lines one-based, columns zero-based, whitespace not included). The one
     difference: the Module's own end is not moved back over the file's last
@@ -89,17 +115,49 @@ def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode],
     Given the top-level statement of each node (`tops`) and the line each
     top-level statement starts on (`first_lines`), only the statements that
     hold a node generate their code: a finding in a 300 KB file costs its
-    own function's code, not the file's."""
+    own function's code, not the file's. Given each statement's text
+    (`texts`) and the ranges of earlier analyses (`known`), a statement
+    whose nodes all have a known range generates none."""
     nodes = list(nodes)
-    state = _TargetedPositionState(module, {id(node) for node in nodes})
     holding = _statements_holding(nodes, tops, first_lines)
     if holding is None:
+        state = _TargetedPositionState(module, {id(node) for node in nodes})
         module._codegen(state)
         return state.ranges
+    assert tops is not None and first_lines is not None
+    wanted: dict[int, set[int]] = {id(statement): set() for statement in holding}
+    for node in nodes:
+        top = tops[id(node)]
+        wanted[id(top)].add(_ITSELF if node is top else id(node))
+    ranges: dict[int, CodeRange] = {}
     for statement in holding:
-        state.line, state.column = first_lines[id(statement)], 0  # type: ignore[index]
-        statement._codegen(state)
-    return state.ranges
+        first = first_lines[id(statement)]
+        text = texts.get(id(statement)) if texts is not None else None
+        relative = known.of(text) if known is not None and text is not None else {}
+        asked = wanted[id(statement)]
+        if not asked <= relative.keys():
+            relative.update(_generated(module, statement, asked, first))
+        for key in asked:
+            ranges[id(statement) if key == _ITSELF else key] = _moved(relative[key], first - 1)
+    return ranges
+
+
+def _generated(module: cst.Module, statement: cst.CSTNode, asked: set[int],
+               first: int) -> dict[int, CodeRange]:
+    """The ranges of the nodes `asked` (`_ITSELF`: the statement) relative to the
+    statement's first line, from its code alone."""
+    state = _TargetedPositionState(module, {id(statement) if key == _ITSELF else key
+                                            for key in asked})
+    state.line, state.column = 1, 0
+    statement._codegen(state)
+    return {key: state.ranges[id(statement) if key == _ITSELF else key] for key in asked}
+
+
+def _moved(span: CodeRange, lines: int) -> CodeRange:
+    if not lines:
+        return span
+    return CodeRange(CodePosition(span.start.line + lines, span.start.column),
+                     CodePosition(span.end.line + lines, span.end.column))
 
 
 def _statements_holding(nodes: list[cst.CSTNode], tops: dict[int, cst.CSTNode] | None,

@@ -5,13 +5,14 @@ another module), returned, kept in a list, or read once at the top level."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
-from memlint.analysis.context import Context
-from memlint.analysis.flows import (HARMLESS_BUILTINS, imported_callee, iterated_name,
-                                    local_owner, reads_one_batch)
+from memlint.analysis.context import Context, Scope
+from memlint.analysis.flows import (HARMLESS_BUILTINS, imported_callee, is_local,
+                                    iterated_name, local_owner, reads_one_batch)
 from memlint.analysis.names import dotted_name
 
 #: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
@@ -40,6 +41,12 @@ class NameUses:
         #: the same for plain names, by the function each is local to (None: a
         #: global): a parameter that shares a global loader's name is another name
         self.uses: Counter[tuple[str, cst.FunctionDef | None]] = Counter()
+        #: names read in a function's own body, by that body's scope, whose
+        #: owner is settled once the function's bindings are all known: a name
+        #: bound anywhere in a function is its local everywhere in it (Python's
+        #: rule), and one look per name and scope is cheaper than one per read
+        self._reads_in: Counter[tuple[str, int]] = Counter()
+        self._scopes: dict[int, Scope] = {}
 
     @classmethod
     def of(cls, ctx: Context) -> NameUses:
@@ -48,12 +55,20 @@ class NameUses:
     def visit_Name(self, node: cst.Name) -> None:
         if self._only_looked_at(node):
             return
-        self.identifiers[node.value] += 1
-        owner = None
-        if self.ctx.function is not None:
-            binds_here = isinstance(self.ctx.parent, cst.AssignTarget)  # local from here on
-            owner = self.ctx.function if binds_here else local_owner(self.ctx, node.value)
-        self.uses[(node.value, owner)] += 1
+        name = node.value
+        self.identifiers[name] += 1
+        ctx = self.ctx
+        function = ctx.function
+        if function is None:
+            self.uses[(name, None)] += 1
+        elif type(ctx.ancestors[-2]) is cst.AssignTarget:  # bound here: its local
+            self.uses[(name, function)] += 1
+        elif ctx.scope.node is function:
+            scope = ctx.scope
+            self._scopes[id(scope)] = scope
+            self._reads_in[(name, id(scope))] += 1
+        else:  # a comprehension or lambda of the function: read as a global
+            self.uses[(name, None)] += 1
 
     def _only_looked_at(self, node: cst.Name) -> bool:
         """`len(loader)`, `print(loader)`, a notebook cell ending in `loader`:
@@ -102,5 +117,15 @@ class NameUses:
         """How often the loader bound to `assigned` is named: a plain name in
         its own function (or at the top level), else `name` anywhere."""
         if assigned is not None and "." not in assigned:
+            self._settle_reads()
             return self.uses[(assigned, owner)]
         return self.identifiers[name.rsplit(".", 1)[-1]]
+
+    def _settle_reads(self) -> None:
+        """Count the reads in functions' bodies under the function each name
+        is local to (None: a global)."""
+        for (name, scope_id), count in self._reads_in.items():
+            scope = self._scopes[scope_id]
+            function = cast(cst.FunctionDef, scope.node)
+            self.uses[(name, function if is_local(scope, name) else None)] += count
+        self._reads_in.clear()
