@@ -279,16 +279,29 @@ class Context:
 
     def grad_mode_of(self, node: cst.BaseExpression) -> bool | None:
         """False for a grad-disabling context expression, True for enable_grad,
-        None for anything else. Follows `ctx = torch.no_grad()`."""
+        None for anything else. Follows `ctx = torch.no_grad()`, and a name
+        bound to grad modes in every branch (`mode = torch.no_grad if compiled
+        else torch.inference_mode`, then `@mode()`)."""
         node = self.resolve(node)
-        target = node.func if isinstance(node, cst.Call) else node
+        call = node if isinstance(node, cst.Call) else None
+        target = self.resolve(call.func) if call is not None else node
+        modes = {self._grad_mode_named(choice, call) for choice in either_values(target)}
+        return modes.pop() if len(modes) == 1 else None
+
+    def decorator_grad_mode(self, decorator: cst.BaseExpression) -> bool | None:
+        """The grad mode a function decorated so runs in: torch's, or False for
+        a project's own wrapper named like one (yolov5's `@smart_inference_mode()`)."""
+        mode = self.grad_mode_of(decorator)
+        return False if mode is None and _named_like_grad_off(decorator) else mode
+
+    def _grad_mode_named(self, target: cst.BaseExpression, call: cst.Call | None) -> bool | None:
         qualified = self.names.qualify(target)
         if qualified in GRAD_OFF_CONTEXTS:
             return False
         if qualified in GRAD_ON_CONTEXTS:
             return True
-        if qualified in GRAD_MODE_SETTERS and isinstance(node, cst.Call) and node.args:
-            return literal_bool(node.args[0].value)
+        if qualified in GRAD_MODE_SETTERS and call is not None and call.args:
+            return literal_bool(call.args[0].value)
         return None
 
     # -- the walker's side ------------------------------------------------
@@ -326,9 +339,7 @@ class Context:
     def _enter_function(self, node: cst.FunctionDef) -> None:
         scope = Scope(node)
         for decorator in node.decorators:
-            mode = self.grad_mode_of(decorator.decorator)
-            if mode is None and _named_like_grad_off(decorator.decorator):
-                mode = False
+            mode = self.decorator_grad_mode(decorator.decorator)
             if mode is not None:
                 scope.grad.append(mode)
         self.scopes.append(scope)
@@ -488,8 +499,8 @@ def _tests_for_cuda(test: cst.BaseExpression) -> bool:
 def _named_like_grad_off(decorator: cst.BaseExpression) -> bool:
     """A project's own wrapper such as yolov5's `@smart_inference_mode()`."""
     target = decorator.func if isinstance(decorator, cst.Call) else decorator
-    name = dotted_name(target) or ""
-    return name.rsplit(".", 1)[-1].endswith(("inference_mode", "no_grad"))
+    last = (dotted_name(target) or "").rsplit(".", 1)[-1].lower()
+    return "no_grad" in last or "inference_mode" in last
 
 
 def _enter_if(ctx: Context, node: cst.If) -> None:

@@ -9,10 +9,10 @@ from memlint.analysis.autograd_values import AutogradValues
 from memlint.analysis.context import Context
 from memlint.analysis.datasets import decodes_media, is_media_dataset
 from memlint.analysis.gpu_selection import hides_gpus, sets_current_device
-from memlint.analysis.module_index import names_grad_off
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import CallFact, ModuleFacts
 from memlint.analysis.screens import DEVICE_SETTER_TAILS
+from memlint.analysis.torch_api import AUTOGRAD_GRAD
 
 
 class FactCollector:
@@ -29,18 +29,34 @@ class FactCollector:
         #: names bound by relative imports (`from .validation import validate`:
         #: `validate` -> `.validation.validate`), which the import table leaves out
         self._relative: dict[str, str] = {}
+        #: per class being walked, the names each of its methods calls (`model_calls`)
+        self._class_calls: list[dict[str, set[str]]] = []
         #: what forwards' returned tuples hold (`forward_elements`)
         self._values: AutogradValues | None = None
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if any(is_media_dataset(self.ctx.qualify(base.value)) for base in node.bases):
             self.facts.media_classes.add(node.name.value)
+        self._class_calls.append({})
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        """A model's calls: those of its `forward` and of the methods it runs."""
+        methods = self._class_calls.pop()
+        if "forward" not in methods:
+            return
+        calls: set[str] = set()
+        pending = ["forward"]
+        while pending:
+            found = methods.pop(pending.pop(), set())
+            calls |= found
+            pending += [name for name in found if name in methods]
+        self.facts.model_calls[node.name.value] = frozenset(calls)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(([], [False]))
         class_def = self.ctx.class_def
         if node.name.value == "forward" and class_def is not None and any(
-                names_grad_off(d.decorator) for d in node.decorators):
+                self.ctx.decorator_grad_mode(d.decorator) is False for d in node.decorators):
             self.facts.grad_off_forwards.add(class_def.name.value)
 
     def visit_Return(self, node: cst.Return) -> None:
@@ -92,6 +108,7 @@ class FactCollector:
         written = dotted_name(node.func)
         if written is None:
             return
+        self._note_differentiating(node, written)
         if written.endswith(DEVICE_SETTER_TAILS):
             self._note_device_setter(node)
         if written.endswith(".add_argument"):
@@ -107,6 +124,23 @@ class FactCollector:
         if type(node.targets[0].target) is cst.Subscript:
             self._note_device_setter(node)
             self.facts.hides_gpus |= hides_gpus(node, self.ctx)
+
+    def _note_differentiating(self, node: cst.Call, written: str) -> None:
+        """What calls `torch.autograd.grad` and what a model's methods call
+        (`UnlessForwardNeedsGrad`)."""
+        function = self.ctx.function
+        if function is None:
+            return
+        name = AUTOGRAD_GRAD if self.ctx.qualify(node.func) == AUTOGRAD_GRAD \
+            else written.rsplit(".", 1)[-1]
+        if name == AUTOGRAD_GRAD:
+            self.facts.differentiating.add(function.name.value)
+        class_def, scopes = self.ctx.class_def, self.ctx.scopes
+        for inner in range(len(scopes) - 1, 0, -1):  # the method of the class we are in
+            method = scopes[inner].node
+            if scopes[inner - 1].node is class_def and type(method) is cst.FunctionDef:
+                self._class_calls[-1].setdefault(method.name.value, set()).add(name)
+                break
 
     def _note_device_setter(self, node: cst.CSTNode) -> None:
         function = self.ctx.function

@@ -20,6 +20,7 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
+from memlint.analysis.torch_api import COMPILERS
 
 PARTIALS = {"functools.partial", "functools.partialmethod"}
 #: nn.Module's own methods: `obj.eval()` on an object of unknown class is one of
@@ -131,8 +132,9 @@ class ModuleIndex:
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         owner = self._stack[-1] if self._stack else None
         info = FunctionInfo(node, node.name.value, parent=self.current,
-                            grad_off_decorator=any(names_grad_off(d.decorator)
-                                                   for d in node.decorators))
+                            grad_off_decorator=any(
+                                self.ctx.decorator_grad_mode(d.decorator) is False
+                                for d in node.decorators))
         if isinstance(owner, ClassInfo):
             info.class_name = owner.name
             owner.methods.setdefault(info.name, info)
@@ -169,10 +171,14 @@ class ModuleIndex:
         self.calls.append(site)
         if caller is not None:
             caller.calls.append(site)
+        compiles = None
         for arg in node.args:
             if isinstance(arg.value, (cst.Name, cst.Attribute)):
                 self.escaped.append((arg.value, site.class_name))
-                self._handed.append((arg.value, site))
+                if compiles is None:
+                    compiles = self.ctx.qualify(node.func) in COMPILERS
+                if not compiles:  # compiled, it runs where the result is called
+                    self._handed.append((arg.value, site))
 
     # -- queries (complete once the walk is over) -------------------------
     def info(self, node: cst.CSTNode) -> FunctionInfo | None:
@@ -340,11 +346,3 @@ def _lambdas_in(function: FunctionInfo) -> Iterator[FunctionInfo]:
         if isinstance(child.node, cst.Lambda):
             yield child
             yield from _lambdas_in(child)
-
-
-def names_grad_off(expr: cst.BaseExpression) -> bool:
-    """`torch.no_grad()`, `@torch.inference_mode`, a project's
-    `smart_inference_mode()`: a decorator named like one that disables grad."""
-    name = dotted_name(expr.func if isinstance(expr, cst.Call) else expr) or ""
-    last = name.rsplit(".", 1)[-1].lower()
-    return "no_grad" in last or "inference_mode" in last

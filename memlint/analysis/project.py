@@ -27,6 +27,7 @@ from typing import NamedTuple, Protocol
 
 from memlint.analysis.source_lines import LINE_BREAK
 from memlint.analysis.files import read_regular
+from memlint.analysis.torch_api import AUTOGRAD_GRAD
 from memlint.finding import Finding, Related
 
 #: Words that show a file may put something on a CUDA device (in its lower-cased
@@ -115,6 +116,11 @@ class ModuleFacts:
     #: classes whose `forward` is decorated `@torch.no_grad()` (or
     #: `inference_mode`): calling one records no graph
     grad_off_forwards: set[str] = field(default_factory=set)
+    #: functions and methods (by name) that call `torch.autograd.grad`
+    differentiating: set[str] = field(default_factory=set)
+    #: classes that define `forward`, each with the names its methods call
+    #: (`torch.autograd.grad` among them where one calls it)
+    model_calls: dict[str, frozenset[str]] = field(default_factory=dict)
     #: classes whose `forward` returns a tuple: per position, whether what
     #: every `return` puts there holds no autograd history (`loss.item()`, `0`)
     forward_elements: dict[str, tuple[bool, ...]] = field(default_factory=dict)
@@ -357,6 +363,24 @@ class UnlessForwardDisablesGrad(Condition):
 
     def drops(self, project: Project) -> bool:
         return any(self.class_name in facts.grad_off_forwards for facts in project.modules)
+
+
+@dataclass(frozen=True)
+class UnlessForwardNeedsGrad(Condition):
+    """A model whose forward differentiates (`torch.autograd.grad`: the
+    normals of an SDF, forces from an energy) needs autograd in inference
+    too: dropped when the program defines the model's class so, or, its
+    class not known here, any model class so."""
+
+    module: str
+    class_name: str | None
+
+    def drops(self, project: Project) -> bool:
+        linked = project.linked(self.module)
+        differentiating = {AUTOGRAD_GRAD}.union(*(facts.differentiating for facts in linked))
+        return any(not calls.isdisjoint(differentiating)
+                   for facts in linked for name, calls in facts.model_calls.items()
+                   if self.class_name in (None, name))
 
 
 @dataclass(frozen=True)

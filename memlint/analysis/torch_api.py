@@ -53,6 +53,9 @@ CONCATENATIONS: frozenset[str] = frozenset({
 
 #: the base class of every model
 MODULE_BASE = "torch.nn.Module"
+#: nn.Module methods that return the module itself, so calls chain
+MODULE_RETURNS_SELF: frozenset[str] = frozenset({
+    "to", "cuda", "cpu", "eval", "train", "float", "double", "half", "requires_grad_"})
 
 # -- grad mode ----------------------------------------------------------------------------
 
@@ -76,10 +79,16 @@ GRAD_MODE_SETTERS: frozenset[str] = frozenset({
     "torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
     "torch.autograd.grad_mode.set_grad_enabled"})
 
+#: calls that return their callable argument compiled (`self.step =
+#: torch.compile(self.step)`): it runs where the result is called, not there
+COMPILERS: frozenset[str] = frozenset({"torch.compile", "torch.jit.script"})
+
 # -- autograd -----------------------------------------------------------------------------
 
+#: gradients of outputs with respect to inputs, inside a forward too (SDF normals, forces)
+AUTOGRAD_GRAD = "torch.autograd.grad"
 #: functions that run a backward pass
-AUTOGRAD_ENTRY: frozenset[str] = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+AUTOGRAD_ENTRY: frozenset[str] = frozenset({"torch.autograd.backward", AUTOGRAD_GRAD})
 #: calls that ask whether autograd records here
 GRAD_MODE_QUERIES: frozenset[str] = frozenset({"torch.is_grad_enabled"})
 #: calls that show a function wants gradients (Grad-CAM, adversarial attacks, training)

@@ -19,7 +19,7 @@ from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
 from memlint.analysis.module_index import ClassInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
-from memlint.analysis.torch_api import HOST_FACTORIES
+from memlint.analysis.torch_api import HOST_FACTORIES, MODULE_RETURNS_SELF
 
 #: Names real code gives to modules when their binding is not visible here.
 _MODEL_NAMES = re.compile(r"(?:.*_)?(model|net|network|encoder|decoder|generator|"
@@ -91,6 +91,24 @@ class Forwards:
                 if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
                         and call.func.attr.value in ("parameters", "named_parameters"):
                     return dotted_name(call.func.value)
+                return None
+        return None
+
+    def frozen_by(self, call: cst.Call) -> str | None:
+        """The model `call` (`.requires_grad_(False)`) freezes: its receiver
+        through the methods that return the module (`G.eval().requires_grad_(False)`),
+        else the name the chain is bound to (`G_ema = deepcopy(G).requires_grad_(False)`)."""
+        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
+                and receiver.func.attr.value in MODULE_RETURNS_SELF:
+            receiver = receiver.func.value
+        name = dotted_name(receiver) if receiver is not None else None
+        if name is not None:
+            return name
+        for ancestor in reversed(self.ctx.ancestors[:-1]):
+            if isinstance(ancestor, cst.Assign) and len(ancestor.targets) == 1:
+                return dotted_name(ancestor.targets[0].target)
+            if not isinstance(ancestor, (cst.Call, cst.Attribute, cst.Arg)):
                 return None
         return None
 

@@ -9,7 +9,8 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import dotted_name, literal_bool
-from memlint.analysis.project import Either, UnlessForwardDisablesGrad, UnlessProjectOnCpu
+from memlint.analysis.project import (Either, UnlessForwardDisablesGrad, UnlessForwardNeedsGrad,
+                                      UnlessProjectOnCpu)
 from memlint.analysis.torch_api import GRAD_USERS, VARIABLE
 from memlint.rules.base import Rule, RuleOptions
 from memlint.rules.mem004_grad_in_inference.forwards import (VOLATILE_TOO, Forwards, Unit,
@@ -238,6 +239,9 @@ class GradInInference(Rule):
         func = node.func
         method = func.attr.value if isinstance(func, cst.Attribute) else None
         qualified = self.ctx.qualify(func)
+        if method == "requires_grad_" and is_false(node):  # frozen: its forward records nothing
+            self.unit.frozen.update(filter(None, [self.forwards.frozen_by(node)]))
+            return
         if method in GRAD_METHODS or qualified in GRAD_USERS:
             self.unit.wants_grad = True
             self.unit.grad_after_forward |= self.unit.forward is not None
@@ -332,6 +336,7 @@ class GradInInference(Rule):
             if unit.forward_class is not None and unit.forward_class not in self.index.classes:
                 # a class of another file, whose forward may disable grad itself
                 unless = Either((unless, UnlessForwardDisablesGrad(unit.forward_class)))
+            unless = Either((unless, UnlessForwardNeedsGrad(self.facts.module, unit.forward_class)))
             if unit.node is None:
                 where = f"after {module}.eval()"
             elif unit.forward_after_eval:
