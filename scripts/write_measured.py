@@ -124,12 +124,17 @@ def figures_block(listings: tuple[str, ...], source: str,
                     f'                      per_thousand_files={frequency.get(code, 0.0):.2f}),')
     return (MARK
             + "#: the held-out listings (`bench/review/repos/<glob>.csv`) whose verdicts count\n"
-            f"HELDOUT_LISTINGS: tuple[str, ...] = {listings!r}\n"
+            f"HELDOUT_LISTINGS: tuple[str, ...] = {_tuple_lines(listings)}\n"
             "#: rules measured on some of those listings only (changed since the others)\n"
             f"RULE_LISTINGS: dict[str, tuple[str, ...]] = {_dict_lines(per_rule)}\n"
             "#: what the figures are: which sets, judged at which commit, when; which corpus\n"
             f"SOURCE = ({_wrapped(source)})\n"
             "MEASURED: dict[str, Measured] = {\n" + "\n".join(rows) + "\n}\n")
+
+
+def _tuple_lines(items: tuple[str, ...]) -> str:
+    """One item per line: the listings grow with every held-out set."""
+    return "(\n" + "".join(f"    {item!r},\n" for item in items) + ")"
 
 
 def _dict_lines(mapping: dict[str, tuple[str, ...]]) -> str:
