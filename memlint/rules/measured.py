@@ -125,41 +125,43 @@ HELDOUT_LISTINGS: tuple[str, ...] = (
     'heldout13_*',
     'heldout14_*',
     'heldout15_*',
+    'heldout16_*',
 )
 #: rules measured on some of those listings only (changed since the others)
 RULE_LISTINGS: dict[str, tuple[str, ...]] = {
-    'MEM001': ('heldout15_*',),
-    'MEM004': ('heldout15_*',),
-    'MEM005': ('heldout15_*',),
-    'MEM007': ('heldout13_*', 'heldout14_*', 'heldout15_*'),
+    'MEM001': ('heldout15_*', 'heldout16_*'),
+    'MEM004': ('heldout16_*',),
+    'MEM005': ('heldout15_*', 'heldout16_*'),
+    'MEM007': ('heldout13_*', 'heldout14_*', 'heldout15_*', 'heldout16_*'),
 }
 #: what the figures are: which sets, judged at which commit, when; which corpus
-SOURCE = ('135 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*, '
-          'heldout15_*) judged at 912cbe8 and d923155 and 52aba62 and 7c8e542 and 1e559f3; '
-          'frequency on the review corpus (428 repositories, 21488 files), 2026-11-27; '
-          'MEM001 on heldout15_* only, MEM004 on heldout15_* only, MEM005 on heldout15_* '
-          'only, MEM007 on heldout13_* and heldout14_* and heldout15_* only')
+SOURCE = ('162 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*, '
+          'heldout15_*, heldout16_*) judged at 912cbe8 and d923155 and 52aba62 and 7c8e542 '
+          'and 1e559f3 and ccea863; frequency on the review corpus (455 repositories, 22526'
+          ' files), 2026-11-27; MEM001 on heldout15_* and heldout16_* only, MEM004 on '
+          'heldout16_* only, MEM005 on heldout15_* and heldout16_* only, MEM007 on '
+          'heldout13_* and heldout14_* and heldout15_* and heldout16_* only')
 MEASURED: dict[str, Measured] = {
-    "MEM000": Measured(true=3, false=2, debatable=0,
-                      per_thousand_files=5.72),
-    "MEM001": Measured(true=1, false=3, debatable=0,
-                      per_thousand_files=5.63),
+    "MEM000": Measured(true=4, false=2, debatable=0,
+                      per_thousand_files=5.50),
+    "MEM001": Measured(true=1, false=7, debatable=0,
+                      per_thousand_files=5.55),
     "MEM002": Measured(true=0, false=0, debatable=0,
-                      per_thousand_files=0.65),
-    "MEM003": Measured(true=3, false=6, debatable=2,
-                      per_thousand_files=2.28),
-    "MEM004": Measured(true=4, false=12, debatable=0,
-                      per_thousand_files=20.57),
-    "MEM005": Measured(true=0, false=0, debatable=0,
-                      per_thousand_files=49.56),
-    "MEM005 (preview variant)": Measured(true=3, false=0, debatable=24,
+                      per_thousand_files=0.62),
+    "MEM003": Measured(true=4, false=6, debatable=2,
+                      per_thousand_files=2.22),
+    "MEM004": Measured(true=8, false=5, debatable=0,
+                      per_thousand_files=19.89),
+    "MEM005": Measured(true=1, false=0, debatable=0,
+                      per_thousand_files=49.14),
+    "MEM005 (preview variant)": Measured(true=17, false=14, debatable=37,
                       per_thousand_files=0.00),
-    "MEM007": Measured(true=12, false=11, debatable=0,
-                      per_thousand_files=44.68),
-    "MEM007 (preview variant)": Measured(true=25, false=25, debatable=56,
+    "MEM007": Measured(true=23, false=11, debatable=1,
+                      per_thousand_files=45.86),
+    "MEM007 (preview variant)": Measured(true=57, false=31, debatable=79,
                       per_thousand_files=0.00),
     "MEM008": Measured(true=0, false=6, debatable=0,
-                      per_thousand_files=0.60),
-    "MEM010": Measured(true=0, false=0, debatable=0,
+                      per_thousand_files=0.58),
+    "MEM010": Measured(true=0, false=0, debatable=1,
                       per_thousand_files=1.02),
 }
