@@ -131,10 +131,12 @@ class FactCollector:
         function = self.ctx.function
         if function is None:
             return
-        name = AUTOGRAD_GRAD if self.ctx.qualify(node.func) == AUTOGRAD_GRAD \
-            else written.rsplit(".", 1)[-1]
-        if name == AUTOGRAD_GRAD:
+        name = written.rsplit(".", 1)[-1]
+        if name == "grad" and self.ctx.qualify(node.func) == AUTOGRAD_GRAD:
+            name = AUTOGRAD_GRAD
             self.facts.differentiating.add(function.name.value)
+        if not self._class_calls:
+            return
         class_def, scopes = self.ctx.class_def, self.ctx.scopes
         for inner in range(len(scopes) - 1, 0, -1):  # the method of the class we are in
             method = scopes[inner].node

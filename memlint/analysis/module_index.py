@@ -176,7 +176,9 @@ class ModuleIndex:
             if isinstance(arg.value, (cst.Name, cst.Attribute)):
                 self.escaped.append((arg.value, site.class_name))
                 if compiles is None:
-                    compiles = self.ctx.qualify(node.func) in COMPILERS
+                    called = (dotted_name(node.func) or "").rsplit(".", 1)[-1]
+                    compiles = called in ("compile", "script") \
+                        and self.ctx.qualify(node.func) in COMPILERS
                 if not compiles:  # compiled, it runs where the result is called
                     self._handed.append((arg.value, site))
 
