@@ -176,8 +176,8 @@ def test_the_kept_trees_cost_the_cyclic_collector_nothing(tmp_path, monkeypatch)
             result = check_keeping_pieces(task)
             checking[0] = False
             assert result.error is None
-        # at most the youngest generation once per check, as it returns
-        assert set(collections) <= {0} and len(collections) <= 3, collections
+        # at most one collection per check, as it returns, over what is not frozen
+        assert len(collections) <= 3, collections
         kept = next(iter(chunks.PIECES._pieces.values())).module
         assert gc.is_tracked(kept) and not any(o is kept for o in gc.get_objects())
     finally:

@@ -384,7 +384,7 @@ def check_keeping_pieces(task: tuple[Source, Settings, bool]) -> FileResult:
             except Undecodable:
                 pass  # `analyse_file` reports it
         result = _check_one(source, settings, noqa)
-    gc.freeze()
+        gc.freeze()  # before the collector is back: it finds nothing young to scan
     return result
 
 
