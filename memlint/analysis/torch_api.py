@@ -53,9 +53,6 @@ CONCATENATIONS: frozenset[str] = frozenset({
 
 #: the base class of every model
 MODULE_BASE = "torch.nn.Module"
-#: nn.Module methods that return the module itself, so calls chain
-MODULE_RETURNS_SELF: frozenset[str] = frozenset({
-    "to", "cuda", "cpu", "eval", "train", "float", "double", "half", "requires_grad_"})
 
 # -- grad mode ----------------------------------------------------------------------------
 

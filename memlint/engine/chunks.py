@@ -152,7 +152,7 @@ def cut_at_statements(source: str) -> list[str] | None:
     return pieces if all(pieces) else None
 
 
-def join_pieces(pieces: Sequence[Piece], texts: Sequence[str] = ()) -> Assembled | None:
+def join_pieces(pieces: Sequence[Piece], texts: Sequence[str]) -> Assembled | None:
     """One Module of the pieces' statements: the first piece's header, the
     last one's footer; a later piece's header (its leading comments) goes to
     its statement's leading lines, where a whole parse puts them. None when
@@ -182,7 +182,7 @@ def join_pieces(pieces: Sequence[Piece], texts: Sequence[str] = ()) -> Assembled
             statement = statement.with_changes(
                 leading_lines=(*module.header, *statement.leading_lines))
             first_lines[id(statement)] = line
-            if not copied and index < len(texts):
+            if not copied:
                 by_text[id(statement)] = texts[index]
         else:
             first_lines[id(statement)] = line + len(module.header)

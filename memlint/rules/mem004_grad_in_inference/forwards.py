@@ -19,7 +19,7 @@ from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
 from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
 from memlint.analysis.module_index import ClassInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
-from memlint.analysis.torch_api import HOST_FACTORIES, MODULE_RETURNS_SELF
+from memlint.analysis.torch_api import HOST_FACTORIES
 
 #: Names real code gives to modules when their binding is not visible here.
 _MODEL_NAMES = re.compile(r"(?:.*_)?(model|net|network|encoder|decoder|generator|"
@@ -98,10 +98,7 @@ class Forwards:
         """The model `call` (`.requires_grad_(False)`) freezes: its receiver
         through the methods that return the module (`G.eval().requires_grad_(False)`),
         else the name the chain is bound to (`G_ema = deepcopy(G).requires_grad_(False)`)."""
-        receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
-        while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) \
-                and receiver.func.attr.value in MODULE_RETURNS_SELF:
-            receiver = receiver.func.value
+        receiver = unchained(call.func.value) if isinstance(call.func, cst.Attribute) else None
         name = dotted_name(receiver) if receiver is not None else None
         if name is not None:
             return name
