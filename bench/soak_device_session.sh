@@ -14,8 +14,10 @@ if [ -d .bench/old/memlint ]; then
   step "soak old (.bench/old)"
   PYTHONPATH=/tmp/site:$PWD/.bench/old python3 bench/server_soak.py --edits 1000 --bursts 8 --json $OUT/soak_old.json 2>&1 | tail -5 | tee -a $LOG
 fi
-step "phases: the server's path and the check alone, no editor"
-python3 bench/soak_phases.py 2>&1 | tee -a $LOG
+step "phases: the server's path (1, 2, 3 kept workers) and the check alone, no editor"
+for shares in 1 2 3; do python3 bench/soak_phases.py --shares $shares 2>&1 | tee -a $LOG; done
+step "each rule's share of the walk"
+python3 bench/walk_costs.py 2>&1 | tee -a $LOG
 step "soak new again"
 python3 bench/server_soak.py --edits 1000 --bursts 8 --json $OUT/soak_new2.json 2>&1 | tail -5 | tee -a $LOG
 step done

@@ -4,6 +4,7 @@ analysed as the server analyses them (`check_in_project` through a kept
 worker) and as that worker's check alone, in this process.
 
     python bench/soak_phases.py              # 8 edits of the ~300 KB file
+    python bench/soak_phases.py --shares 1   # the server's path in one worker
 
 Printed: each path's time per analysis (median, last). The server's own
 latency (`server_soak.py`) is these plus its debounce and the protocol.
@@ -11,6 +12,7 @@ latency (`server_soak.py`) is these plus its debounce and the protocol.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import tempfile
@@ -21,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server_soak import big_source  # noqa: E402
 
 from memlint.engine.config import find_pyproject, load_settings  # noqa: E402
+from memlint.engine import paths  # noqa: E402
 from memlint.engine.isolation import Workers  # noqa: E402
 from memlint.engine.paths import Source, check_in_project, check_keeping_pieces  # noqa: E402
 
@@ -35,6 +38,10 @@ def timed(analyse, texts: list[str]) -> list[float]:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shares", type=int, default=paths.KEPT_SHARES,
+                        help="kept workers a file's rules are split over (default: the server's)")
+    paths.KEPT_SHARES = parser.parse_args().shares
     text = big_source(300 * 1024)
     edits = [text + "#" * (125 * i) for i in range(1, 9)]
     with tempfile.TemporaryDirectory() as folder:
@@ -58,7 +65,8 @@ def main() -> int:
 
         in_process(text)
         alone = timed(in_process, edits)
-    for name, times in (("server's path (kept worker)", served), ("the check alone", alone)):
+    for name, times in ((f"server's path ({paths.KEPT_SHARES} kept workers)", served),
+                        ("the check alone (every rule, one process)", alone)):
         print(f"{name}: median {statistics.median(times):.2f} s, last {times[-1]:.2f} s "
               f"({', '.join(f'{t:.2f}' for t in times)})")
     return 0

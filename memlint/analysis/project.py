@@ -138,6 +138,33 @@ class ModuleFacts:
     defines: frozenset[str] = frozenset()
 
 
+def joined_facts(parts: Iterable[ModuleFacts | None]) -> ModuleFacts | None:
+    """The facts of one file whose rules were walked in shares, one process
+    each (the editor server's workers, `engine/paths.py`): what the shared
+    analyses found, alike in every share, once; what one share's rules
+    found, added. None when no share could read the file."""
+    found = [facts for facts in parts if facts is not None]
+    if not found:
+        return None
+    joined = replace(found[0])
+    for other in found[1:]:
+        for name in joined.__dataclass_fields__:
+            mine, theirs = getattr(joined, name), getattr(other, name)
+            if mine == theirs or not theirs:
+                continue
+            if not mine:
+                setattr(joined, name, theirs)
+            elif isinstance(mine, (set, frozenset)):
+                setattr(joined, name, mine | theirs)
+            elif isinstance(mine, dict):
+                setattr(joined, name, {**mine, **theirs})
+            elif isinstance(mine, list):
+                setattr(joined, name, mine + theirs)
+            else:  # what the file's text alone says: no share can see it otherwise
+                raise ValueError(f"the shares of {joined.path} differ on {name}")
+    return joined
+
+
 def module_name(path: str, root: str | None = None) -> str:
     """`src/utils.py` -> `src.utils`, named by its path under the project
     root `root` (its own folder when None: a lone file); a package's

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
-from memlint.analysis.project import ModuleFacts, Project, module_name
+from memlint.analysis.project import ModuleFacts, Project, joined_facts, module_name
 from memlint.engine.cache import ResultCache, content_digest
 from memlint.engine.ignore_files import IgnoreRules
 from memlint.engine.projects import MAX_PROJECT_FILES, project_folder
@@ -19,7 +19,7 @@ from memlint.analysis.files import NotRegular, open_regular
 from memlint.finding import Finding, InternalError
 
 if TYPE_CHECKING:  # multiprocessing only for a run that starts workers
-    from memlint.engine.isolation import Workers
+    from memlint.engine.isolation import Budget, Workers
 
 PYTHON_SUFFIXES = (".py", ".pyi")
 NOTEBOOK_SUFFIX = ".ipynb"
@@ -353,9 +353,45 @@ def _check_supervised(tasks: list[Source], settings: Settings, jobs: int | None,
     budget = Budget(seconds=settings.file_timeout_s, memory_mb=settings.max_file_memory_mb)
     jobs = useful_jobs(jobs, len(tasks))
     if kept is not None:  # its workers' check takes the settings with each task
-        return run_supervised(kept.check, [(t, settings, noqa) for t in tasks], jobs, budget,
-                              kept)
+        return _check_in_shares(tasks, settings, noqa, jobs, budget, kept)
     return run_supervised(check, tasks, jobs, budget)
+
+
+#: the kept workers (the editor server's) one file's rules are split over:
+#: each walks its share of the rules (`RuleEntry.walk_cost`) at the same
+#: time as the others, and their results are joined. A 300 KB file's check
+#: took 0.51 s in one worker on the GPU machine's CPUs (`bench/soak_phases.py`);
+#: the walk of the rules is most of it.
+KEPT_SHARES = 2
+
+
+def _check_in_shares(tasks: list[Source], settings: Settings, noqa: bool, jobs: int,
+                     budget: Budget, kept: Workers) -> list:
+    """Each task's FileResult (or Failure), its rules walked in
+    `KEPT_SHARES` kept workers at once where there are CPUs for them."""
+    from memlint.engine.isolation import run_supervised
+    from memlint.rules.catalogue import walk_shares
+
+    count = useful_jobs(KEPT_SHARES, KEPT_SHARES)
+    shares = [None] if count == 1 else walk_shares(count)
+    split = [(task, replace(settings, walked=share), noqa) for task in tasks for share in shares]
+    outcomes = run_supervised(kept.check, split, useful_jobs(jobs * len(shares), len(split)),
+                              budget, kept)
+    return [_joined(outcomes[at:at + len(shares)]) for at in range(0, len(split), len(shares))]
+
+
+def _joined(outcomes: list) -> object:
+    """One file's result from those of its shares: the first failure, else
+    every share's findings (a MEM000 every share reports, once) and facts."""
+    failed = [outcome for outcome in outcomes if not isinstance(outcome, FileResult)]
+    if failed or len(outcomes) == 1:
+        return failed[0] if failed else outcomes[0]
+    findings: list[Finding] = []
+    for outcome in outcomes:
+        findings += [finding for finding in outcome.findings if finding not in findings]
+    error = next((o.error for o in outcomes if o.error is not None), None)
+    return FileResult(findings, error, joined_facts(o.facts for o in outcomes),
+                      outcomes[0].digest)
 
 
 def check_keeping_pieces(task: tuple[Source, Settings, bool]) -> FileResult:

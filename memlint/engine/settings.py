@@ -45,6 +45,9 @@ class Settings:
     respect_gitignore: bool = True
     #: run the rules in preview too (`memlint rules` says which those are)
     preview: bool = False
+    #: the rules this process walks (None: all): the editor server splits a
+    #: file's rules over its workers (`paths.KEPT_SHARES`) and joins their results
+    walked: frozenset[str] | None = None
 
     def severity_of(self, code: str, reported: str | None = None) -> str:
         """The project's setting, else the finding's own (`reported`), else the rule's."""
@@ -54,6 +57,10 @@ class Settings:
         """Whether a finding a rule marks as preview is kept: with preview on,
         or when its code is selected by name, as for a whole rule in preview."""
         return self.preview or code in (*self.select, *self.extend_select)
+
+    def walks(self, code: str) -> bool:
+        """Whether this process walks rule `code` (selected or giving facts)."""
+        return self.walked is None or code in self.walked
 
     def fails(self, severity: str) -> bool:
         """Whether a finding of `severity` sets exit code 1."""

@@ -44,3 +44,13 @@ def _read_entries() -> tuple[RuleEntry, ...]:
 PACKAGES_BY_CODE: dict[str, str] = rule_packages()
 CATALOGUE: tuple[RuleEntry, ...] = _read_entries()
 ENTRIES_BY_CODE: dict[str, RuleEntry] = {entry.code: entry for entry in CATALOGUE}
+
+
+def walk_shares(count: int) -> list[frozenset[str]]:
+    """Every rule in one of `count` shares of about equal walk cost
+    (`RuleEntry.walk_cost`): the costliest first, each to the lightest share
+    so far."""
+    shares: list[list[RuleEntry]] = [[] for _ in range(count)]
+    for entry in sorted(CATALOGUE, key=lambda e: (-e.walk_cost, e.code)):
+        min(shares, key=lambda share: sum(e.walk_cost for e in share)).append(entry)
+    return [frozenset(entry.code for entry in share) for share in shares]

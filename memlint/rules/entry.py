@@ -22,6 +22,10 @@ class RuleEntry(NamedTuple):
     #: functions return): it walks every file its screen passes, selected or not,
     #: so that no file's findings depend on what is selected for another
     gives_facts: bool = False
+    #: about what its walk of a big model file costs, in percent of all
+    #: rules' (`bench/walk_costs.py`): the editor server splits a file's
+    #: rules over its workers by it
+    walk_cost: int = 1
 
     def wants(self, source: str, lowered: str) -> bool:
         """Whether the file's text could hold a finding of this rule."""

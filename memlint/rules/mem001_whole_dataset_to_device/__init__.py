@@ -7,4 +7,5 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM001", "whole-dataset-to-device", "warning",
-                  ("cuda", "dev", ".to("))
+                  ("cuda", "dev", ".to("),
+                  walk_cost=8)

@@ -7,4 +7,5 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM003", "tensor-history-kept", "error",
-                  ("for ", "while "), gives_facts=True)
+                  ("for ", "while "), gives_facts=True,
+                  walk_cost=21)

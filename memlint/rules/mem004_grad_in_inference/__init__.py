@@ -6,4 +6,5 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM004", "grad-in-inference", "warning",
-                  ("eval", "test", "valid", "predict", "infer", "generat", "sampl", "volatile"))
+                  ("eval", "test", "valid", "predict", "infer", "generat", "sampl", "volatile"),
+                  walk_cost=20)

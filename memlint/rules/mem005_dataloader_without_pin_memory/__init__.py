@@ -7,4 +7,5 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM005", "dataloader-without-pin-memory", "note",
-                  ("DataLoader",))
+                  ("DataLoader",),
+                  walk_cost=20)

@@ -7,4 +7,5 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM006", "grad-mode-not-entered", "error",
-                  ("no_grad", "inference_mode", "enable_grad"))
+                  ("no_grad", "inference_mode", "enable_grad"),
+                  walk_cost=1)

@@ -8,4 +8,5 @@ from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM009", "hook-keeps-activations", "error",
                   ("register_forward_hook", "register_full_backward_hook", "register_backward_hook",
-                   "register_forward_pre_hook", "register_hook"))
+                   "register_forward_pre_hook", "register_hook"),
+                  walk_cost=3)

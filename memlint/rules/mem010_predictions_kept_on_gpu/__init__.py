@@ -7,4 +7,5 @@ measures it `verify.py`."""
 from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM010", "predictions-kept-on-gpu", "error",
-                  ("append", "extend", "insert", "cat(", "stack(", "concat"))
+                  ("append", "extend", "insert", "cat(", "stack(", "concat"),
+                  walk_cost=5)
