@@ -14,7 +14,7 @@ import pytest
 from memlint import Settings
 from memlint.analysis.project import joined_facts
 from memlint.engine.isolation import Workers
-from memlint.engine.paths import (FileResult, Source, _joined, analyse_file,
+from memlint.engine.paths import (KEPT_SHARES, FileResult, Source, _joined, analyse_file,
                                   check_in_project, check_keeping_pieces)
 from memlint.rules.catalogue import CATALOGUE, walk_shares
 from tests.expectations import FIXTURES
@@ -100,7 +100,7 @@ def test_the_server_path_splits_over_kept_workers_and_agrees(tmp_path):
     kept = Workers(check_keeping_pieces)
     try:
         served = check_in_project(str(path), TRAIN, settings, kept=kept)
-        expected_workers = min(2, len(os.sched_getaffinity(0)))
+        expected_workers = min(KEPT_SHARES, len(os.sched_getaffinity(0)))
         assert len(kept.pool) == expected_workers
     finally:
         kept.close()

@@ -357,12 +357,13 @@ def _check_supervised(tasks: list[Source], settings: Settings, jobs: int | None,
     return run_supervised(check, tasks, jobs, budget)
 
 
-#: the kept workers (the editor server's) one file's rules are split over:
-#: each walks its share of the rules (`RuleEntry.walk_cost`) at the same
-#: time as the others, and their results are joined. A 300 KB file's check
-#: took 0.51 s in one worker on the GPU machine's CPUs (`bench/soak_phases.py`);
-#: the walk of the rules is most of it.
-KEPT_SHARES = 2
+#: the kept workers (the editor server's) one file's rules are split over,
+#: where there are CPUs for them: each walks its share of the rules
+#: (`RuleEntry.walk_cost`) at the same time as the others, and their results
+#: are joined. An edit of a 300 KB file took the server's path 0.70 s in one
+#: worker, 0.56 s in two, 0.46 s in three, on the GPU machine's 16 CPUs
+#: (`bench/soak_phases.py --shares N`); each worker keeps ~80 MiB.
+KEPT_SHARES = 3
 
 
 def _check_in_shares(tasks: list[Source], settings: Settings, noqa: bool, jobs: int,

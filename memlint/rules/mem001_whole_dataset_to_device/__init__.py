@@ -8,4 +8,4 @@ from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM001", "whole-dataset-to-device", "warning",
                   ("cuda", "dev", ".to("),
-                  walk_cost=8)
+                  walk_cost=13)

@@ -8,4 +8,4 @@ from memlint.rules.entry import RuleEntry
 ENTRY = RuleEntry("MEM002", "cuda-in-data-worker", "error",
                   ("Dataset", "DataLoader", "collate_fn", "worker_init_fn"),
                   gives_facts=True,
-                  walk_cost=8)
+                  walk_cost=12)

@@ -8,4 +8,4 @@ from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM003", "tensor-history-kept", "error",
                   ("for ", "while "), gives_facts=True,
-                  walk_cost=21)
+                  walk_cost=22)

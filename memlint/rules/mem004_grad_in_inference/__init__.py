@@ -7,4 +7,4 @@ from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM004", "grad-in-inference", "warning",
                   ("eval", "test", "valid", "predict", "infer", "generat", "sampl", "volatile"),
-                  walk_cost=20)
+                  walk_cost=23)

@@ -9,4 +9,4 @@ from memlint.rules.entry import RuleEntry
 ENTRY = RuleEntry("MEM007", "load-without-map-location", "warning",
                   ("load", "save"),  # saves too: what a file saves tells the loads of others
                   gives_facts=True,
-                  walk_cost=7)
+                  walk_cost=2)

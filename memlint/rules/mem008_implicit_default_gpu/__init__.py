@@ -10,4 +10,4 @@ from memlint.rules.entry import RuleEntry
 ENTRY = RuleEntry("MEM008", "implicit-default-gpu", "warning",
                   SELECTION_MARKERS,  # lower-cased, and a default-device use too
                   screen=may_select_and_use_default_device,
-                  walk_cost=7)
+                  walk_cost=2)

@@ -8,4 +8,4 @@ from memlint.rules.entry import RuleEntry
 
 ENTRY = RuleEntry("MEM010", "predictions-kept-on-gpu", "error",
                   ("append", "extend", "insert", "cat(", "stack(", "concat"),
-                  walk_cost=5)
+                  walk_cost=8)
