@@ -37,6 +37,43 @@ def test_the_same_helper_called_with_grad_on_from_another_file_is_reported(tmp_p
     assert codes(tmp_path) == [("utils.py", 4, "MEM004")]
 
 
+#: DHC's `utils`: the sliding-window helper is called by `test_all_case` only
+CASES = ("import torch\n"
+         "def test_single_case(model, image):\n"
+         "    model.eval()\n"
+         "    return model(image.cuda())\n"
+         "def test_all_case(model, images):\n"
+         "    return [test_single_case(model, image) for image in images]\n")
+
+
+@pytest.mark.parametrize("caller, reported", [
+    ("with torch.no_grad():\n    test_all_case(net, images)\n", []),
+    ("test_all_case(net, images)\n", [("utils.py", 4, "MEM004")]),
+    # every way in must be grad-off: the helper called directly as well
+    ("with torch.no_grad():\n    test_all_case(net, images)\n"
+     "from utils import test_single_case\ntest_single_case(net, images[0])\n",
+     [("utils.py", 4, "MEM004")]),
+    # ... and called under no_grad there too
+    ("with torch.no_grad():\n    test_all_case(net, images)\n"
+     "    from utils import test_single_case\n    test_single_case(net, images[0])\n", []),
+])
+def test_grad_mode_comes_in_through_the_callers_of_a_helpers_callers(tmp_path, caller,
+                                                                      reported):
+    """Grad off where another file calls the function that calls the helper:
+    off in the helper too (DHC's `test.py`, set 17)."""
+    (tmp_path / "utils.py").write_text(CASES)
+    (tmp_path / "test.py").write_text("import torch\nfrom utils import test_all_case\n" + caller)
+    assert codes(tmp_path) == reported
+
+
+def test_a_helper_also_called_with_grad_on_at_module_level_stays_reported(tmp_path):
+    (tmp_path / "utils.py").write_text(CASES + "test_all_case(None, [])\n")
+    (tmp_path / "test.py").write_text(
+        "import torch\nfrom utils import test_all_case\n"
+        "with torch.no_grad():\n    test_all_case(net, images)\n")
+    assert codes(tmp_path) == [("utils.py", 4, "MEM004")]
+
+
 def test_relative_and_module_imports_name_the_same_function(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()

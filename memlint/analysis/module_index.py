@@ -300,18 +300,61 @@ class ModuleIndex:
         disabled: under no_grad at the call, or from a function of which that
         holds in turn. A function with no call site here, or one passed around
         as a value, may be called from anywhere: False."""
+        return function in self._grad_off_by_callers_set()
+
+    def entered_from(self, function: FunctionInfo
+                     ) -> tuple[list[FunctionInfo], list[FunctionInfo]] | None:
+        """How other files can run `function` with grad on, when every call
+        of it here that runs with grad on comes from top-level functions:
+        (the functions no call here reaches, which must be called from
+        elsewhere, each time with grad off; the functions on the way,
+        `function` among them, which other files may call too). DHC's
+        `test_single_case`, called by `test_all_case` only, which `test.py`
+        calls under `torch.no_grad()`. None when a path starts at module
+        level, in a method or a nested function, or in one named as a value
+        and not handed to a call (it may run anywhere)."""
+        sites = self._sites_with_handed()
+        off = self._grad_off_by_callers_set()
+        loose = {f for expr, class_name in self.escaped
+                 for f in self.resolve_reference(expr, class_name, loose=True)}
+        loose -= {f for expr, site in self._handed
+                  for f in self.resolve_reference(expr, site.class_name, loose=True)}
+        roots: list[FunctionInfo] = []
+        passed: list[FunctionInfo] = []
+        seen, todo = {function}, [function]
+        while todo:
+            current = todo.pop()
+            if current in loose or current.class_name is not None or current.parent is not None:
+                return None
+            calls = sites.get(current, [])
+            (passed if calls else roots).append(current)
+            for site in calls:
+                if site.grad_disabled or site.caller in off:
+                    continue
+                if site.caller is None:
+                    return None
+                if site.caller not in seen:
+                    seen.add(site.caller)
+                    todo.append(site.caller)
+        return roots, passed
+
+    def _grad_off_by_callers_set(self) -> set[FunctionInfo]:
         if self._grad_off_by_callers is None:
             self._grad_off_by_callers = self._solve_grad_off_by_callers()
-        return function in self._grad_off_by_callers
+        return self._grad_off_by_callers
 
-    def _solve_grad_off_by_callers(self) -> set[FunctionInfo]:
-        """A function handed to a call (a closure or bound method as a
-        callback: `run_loop(loader, self._eval_step)`) runs in that call's grad
-        mode, so the call counts as one of its call sites."""
+    def _sites_with_handed(self) -> dict[FunctionInfo, list[CallSite]]:
+        """Each function's call sites, a call it is handed to among them (a
+        closure or bound method as a callback, `run_loop(loader,
+        self._eval_step)`, runs in that call's grad mode)."""
         sites = {function: list(self.call_sites(function)) for function in self.functions.values()}
         for expr, site in self._handed:
             for function in self.resolve_reference(expr, site.class_name, loose=True):
                 sites.setdefault(function, []).append(site)
+        return sites
+
+    def _solve_grad_off_by_callers(self) -> set[FunctionInfo]:
+        sites = self._sites_with_handed()
         off: set[FunctionInfo] = set()
         changed = True
         while changed:

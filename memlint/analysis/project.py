@@ -270,6 +270,20 @@ class Either(Condition):
 
 
 @dataclass(frozen=True)
+class EveryOne(Condition):
+    """Dropped when each of its conditions drops it: every way into the code
+    is covered (each function a file's calls come in through)."""
+
+    conditions: tuple[Condition, ...]
+
+    def drops(self, project: Project) -> bool:
+        return bool(self.conditions) and all(c.drops(project) for c in self.conditions)
+
+    def related(self, project: Project) -> list[Related]:
+        return [r for condition in self.conditions for r in condition.related(project)]
+
+
+@dataclass(frozen=True)
 class UnlessProjectOnCpu(Condition):
     """The finding only matters on a GPU: dropped when no file of the project
     mentions CUDA (nor an accelerator, nor a local rank), or, in a tree checked
@@ -431,14 +445,17 @@ class UnlessForwardsGiveNoHistoryAt(Condition):
 @dataclass(frozen=True)
 class UnlessCallersDisableGrad(Condition):
     """An inference function with no caller in its own file: dropped when the
-    project calls it, and every such call runs with grad disabled."""
+    project calls it, and every such call runs with grad disabled. With
+    `called` False, one its own file calls too: dropped when no other file
+    calls it with grad on."""
 
     module: str
     function: str
+    called: bool = True
 
     def drops(self, project: Project) -> bool:
         sites = project.calls_of(self.module, self.function)
-        return bool(sites) and all(call.grad_disabled for _, call in sites)
+        return (bool(sites) or not self.called) and all(call.grad_disabled for _, call in sites)
 
     def related(self, project: Project) -> list[Related]:
         """Each call from another file that runs with autograd on."""

@@ -13,7 +13,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import BackwardFlows
 from memlint.analysis.context import Context
 from memlint.analysis.module_index import CallSite, FunctionInfo, ModuleIndex
-from memlint.analysis.project import (Condition, Either, UnlessCalledToTrain,
+from memlint.analysis.project import (Condition, Either, EveryOne, UnlessCalledToTrain,
                                       UnlessCallersDisableGrad, UnlessProjectOnCpu)
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan
@@ -83,6 +83,16 @@ def unless_elsewhere(info: FunctionInfo | None, index: ModuleIndex, ctx: Context
     elif info is not None and not index.call_sites(info):
         # a method called from other files, perhaps only by training steps
         unless = Either((unless, UnlessCalledToTrain(module, info.name)))
+    elif info is not None:
+        # called here with grad on, from functions other files call, perhaps
+        # all under no_grad: grad mode comes in through every caller
+        ways_in = index.entered_from(info)
+        if ways_in is not None and ways_in[0]:
+            roots, passed = ways_in
+            unless = Either((unless, EveryOne(
+                (*(UnlessCallersDisableGrad(module, root.name) for root in roots),
+                 *(UnlessCallersDisableGrad(module, on_the_way.name, called=False)
+                   for on_the_way in passed)))))
     return unless
 
 
