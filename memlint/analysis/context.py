@@ -198,6 +198,14 @@ class Context:
     def parent(self) -> cst.CSTNode | None:
         return self.ancestors[-2] if len(self.ancestors) > 1 else None
 
+    def under_main_guard(self) -> bool:
+        """Inside `if __name__ == "__main__":` at the top level: code that runs
+        only when the file is the program, so a name it binds is no other
+        module's to import."""
+        ancestors = self.ancestors
+        guard = ancestors[1] if len(ancestors) > 2 else None  # the module's own statement
+        return type(guard) is cst.If and ancestors[2] is guard.body and _is_main_test(guard.test)
+
     def qualify(self, node: cst.BaseExpression | None) -> str | None:
         """The imported name an expression refers to, unless a local variable of
         an enclosing function shadows the import (`for data in loader:`)."""
@@ -538,3 +546,14 @@ def context_handlers(node_type: type) -> tuple[ContextHook | None, ContextHook |
     """The context's own (enter, leave) bookkeeping for a node type, each None
     when it has none: the walker calls them directly, once per node."""
     return _ENTER.get(node_type), _LEAVE.get(node_type)
+
+
+def _is_main_test(test: cst.BaseExpression) -> bool:
+    """`__name__ == "__main__"`, either way round."""
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1 \
+            or type(test.comparisons[0].operator) is not cst.Equal:
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    return any(type(side) is cst.Name and side.value == "__name__" for side in sides) and \
+        any(type(side) is cst.SimpleString and side.evaluated_value == "__main__"
+            for side in sides)

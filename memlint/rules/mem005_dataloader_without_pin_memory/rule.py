@@ -71,6 +71,11 @@ class DataLoaderWithoutPinMemory(Rule):
                     "memory, so they overlap nothing")
 
     VALID = [
+        # a script's loader only counted (`len`): no batch of it is loaded
+        'import torch\nfrom torch.utils.data import DataLoader\nif __name__ == "__main__":\n'
+        '    counted = DataLoader(ds, batch_size=64, num_workers=4)\n    steps = len(counted)\n'
+        '    for x, y in DataLoader(ds, batch_size=64, num_workers=4, pin_memory=True):\n'
+        '        x = x.to("cuda")',
         'import torch\nfrom torch.utils.data import DataLoader\n'
         'loader = DataLoader(ds, batch_size=64, pin_memory=True)\n'
         'for x, y in loader:\n    x = x.to("cuda")',
@@ -134,6 +139,10 @@ class DataLoaderWithoutPinMemory(Rule):
         'loader = DataLoader(ds, batch_size=8, collate_fn=lambda items: items)',
     ]
     INVALID = [
+        # counted, and iterated too
+        'import torch\nfrom torch.utils.data import DataLoader\nif __name__ == "__main__":\n'
+        '    loader = DataLoader(ds, batch_size=64, num_workers=4)\n    steps = len(loader)\n'
+        '    for x, y in loader:\n        x = x.to("cuda")',
         'import torch\nfrom torch.utils.data import DataLoader\n'
         'device = "cuda" if torch.cuda.is_available() else "cpu"\n'
         'loader = DataLoader(ds, batch_size=64, shuffle=True)\n'
@@ -251,7 +260,8 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def _private_target(self) -> str | None:
         """The name a loader is assigned to where no other file can read it:
-        a function's local, an attribute of `self`, any name of a notebook."""
+        a function's local, an attribute of `self`, any name of a notebook or
+        of a script's `if __name__ == "__main__":` block."""
         parent = self.ctx.parent
         if not isinstance(parent, cst.Assign) or len(parent.targets) != 1:
             return None
@@ -261,7 +271,8 @@ class DataLoaderWithoutPinMemory(Rule):
         if name.startswith("self.") and name.count(".") == 1:
             return name.split(".", 1)[1]
         local = "." not in name and (self.ctx.function is not None
-                                     or self.ctx.path.endswith(".ipynb"))
+                                     or self.ctx.path.endswith(".ipynb")
+                                     or self.ctx.under_main_guard())
         return name if local else None
 
     def _where_batches_go(self, loader: str | None, owner: cst.FunctionDef | None,
