@@ -110,6 +110,12 @@ def test_source_as_one_string_and_windows_line_breaks():
     (["  x = 1", "y = 2"], ["x = 1", "y = 2"]),
     # automagic: `pip install` without its `%`
     (["pip install -r requirements.txt", "pip = 3"], ["pass", "pip = 3"]),
+    # automagic: any line magic or shell alias (alpaca_farm's `cd ..`, set 18)
+    (["cd ..", "ls -la data", "run train.py --epochs 3", "pwd", "x = torch.load(p)"],
+     ["pass", "pass", "pass", "pass", "x = torch.load(p)"]),
+    # ... but not a name that is assigned, or one that is only a prefix
+    (["cd ..", "ls, n = 1, 2", "cd = 3", "lsx = 2", "time.sleep(1)"],
+     ["pass", "ls, n = 1, 2", "cd = 3", "lsx = 2", "time.sleep(1)"]),
     (["%%time", "x = torch.load(p)"], ["", "x = torch.load(p)"]),
     (["%%bash", "python -c 'torch.load(p)'"], ["", ""]),
     (["%%writefile train.py", "x = torch.load(p)"], ["", ""]),

@@ -48,14 +48,31 @@ PYTHON_CELL_MAGICS = frozenset({
 })
 
 _CELL_MAGIC = re.compile(r"\s*%%(?P<name>\w+)")
+#: IPython's line magics and shell aliases (`%lsmagic`, IPython 8), which its
+#: automagic (on by default) runs without the `%`: `cd ..`, `pip install x`,
+#: `run train.py`
+AUTOMAGICS = frozenset({
+    "alias", "alias_magic", "autoawait", "autocall", "automagic", "autosave", "bookmark",
+    "cat", "cd", "clear", "colors", "conda", "config", "cp", "debug", "dhist", "dirs",
+    "doctest_mode", "ed", "edit", "env", "gui", "hist", "history", "killbgscripts", "ldir",
+    "less", "lf", "lk", "ll", "load", "load_ext", "loadpy", "logoff", "logon", "logstart",
+    "logstate", "logstop", "ls", "lsmagic", "lx", "macro", "magic", "mamba", "man",
+    "matplotlib", "micromamba", "mkdir", "more", "mv", "notebook", "page", "pastebin", "pdb",
+    "pdef", "pdoc", "pfile", "pinfo", "pinfo2", "pip", "popd", "pprint", "precision", "prun",
+    "psearch", "psource", "pushd", "pwd", "pycat", "pylab", "quickref", "recall", "rehashx",
+    "reload_ext", "rep", "rerun", "reset", "reset_selective", "rm", "rmdir", "run", "save",
+    "sc", "set_env", "store", "sx", "system", "tb", "time", "timeit", "unalias", "unload_ext",
+    "who", "who_ls", "whos", "xdel", "xmode",
+})
 # `%magic`, `!cmd`, `x = %magic`, `files = !ls`, `?obj`, `obj?`, `obj??`, and
 # the wildcard search `torch.*Tensor?`, matched after the indentation (an
 # indentation group overlapping `[...\s]+` takes quadratic time on a long run
-# of spaces), and `pip install ...` (the %pip magic through automagic: two
-# names in a row are never Python)
+# of spaces), and a magic called through automagic (`cd ..`, `ls -la`: a
+# magic's name and a space, then anything but an assignment, as IPython's
+# own AssignmentChecker tells them: `cd = 1`, `ls, x = 1, 2`)
 _IPYTHON_LINE = re.compile(
     r"(?:(?:[\w.\[\]\s,]+=\s*)?[%!]|\?\??[\w.*]*\s*$|[\w.*]+\?\??\s*$|"
-    r"(?:pip|conda|mamba)\s+(?:install|uninstall)\b)")
+    rf"(?:{'|'.join(sorted(AUTOMAGICS))})(?:\s*$|\s+(?!\s|=(?!=)|,)))")
 
 
 @dataclass(frozen=True)
