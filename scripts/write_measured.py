@@ -141,7 +141,14 @@ def _dict_lines(mapping: dict[str, tuple[str, ...]]) -> str:
     """A dict literal with one entry per line (within the line length)."""
     if not mapping:
         return "{}"
-    return "{\n" + "".join(f"    {key!r}: {value!r},\n" for key, value in mapping.items()) + "}"
+    lines = []
+    for key, value in mapping.items():
+        line = f"    {key!r}: {value!r},"
+        if len(line) > 100:  # a tuple too long for a line: one item per line
+            items = "".join(f"        {item!r},\n" for item in value)
+            line = f"    {key!r}: (\n{items}    ),"
+        lines.append(line + "\n")
+    return "{\n" + "".join(lines) + "}"
 
 
 def _wrapped(text: str, width: int = 80) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memlint.rules import NAMES_BY_CODE, PREVIEW_CODES, SEVERITY_BY_CODE  # noqa: E402
+from memlint.rules import NAMES_BY_CODE, SEVERITY_BY_CODE, how_it_runs  # noqa: E402
 from memlint.rules.catalogue import PACKAGES_BY_CODE  # noqa: E402
 from memlint.rules.measured import SOURCE, frequency_of, verdict_of  # noqa: E402
 
@@ -37,8 +37,8 @@ def rule_index() -> str:
 
 
 def measured_cells(code: str) -> str:
-    runs = "preview" if code in PREVIEW_CODES else "default"
-    return f"{SEVERITY_BY_CODE[code]} | {runs} | {verdict_of(code)} | {frequency_of(code)}"
+    return f"{SEVERITY_BY_CODE[code]} | {how_it_runs(code)} | {verdict_of(code)} | " \
+           f"{frequency_of(code)}"
 
 
 def readme_with_rules_table(readme: str) -> str:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-import memlint.cli.main as cli
+import memlint.rules as rules
 import memlint.engine.settings as settings_module
 
 
+#: the rules in preview as shipped, before the fixtures below turn preview off
+SHIPPED_PREVIEW_CODES = rules.PREVIEW_CODES
 #: how a finding marked as preview is filtered, for the tests that test it
 SHOWS_PREVIEW = settings_module.Settings.shows_preview
 
@@ -25,7 +27,7 @@ def no_rule_in_preview(monkeypatch):
     monkeypatch.setenv("MEMLINT_PREVIEW", "1")
     monkeypatch.setattr(settings_module.Settings, "shows_preview", lambda self, code: True)
     monkeypatch.setattr(settings_module, "PREVIEW_CODES", frozenset())
-    monkeypatch.setattr(cli, "PREVIEW_CODES", frozenset())
+    monkeypatch.setattr(rules, "PREVIEW_CODES", frozenset())
 
 
 @pytest.fixture

@@ -6,8 +6,11 @@ import pytest
 
 import memlint.cli.main as cli
 import memlint.engine.settings as settings_module
+import memlint.rules as rules_module
 from memlint.engine.config import ConfigError, apply_overrides, settings_from_table
 from memlint.engine.settings import Settings
+from memlint import check_paths
+from tests.conftest import SHIPPED_PREVIEW_CODES
 from memlint.rules.measured import ENOUGH_JUDGED, Measured
 
 
@@ -20,7 +23,7 @@ def preview_as_shipped(monkeypatch, preview_filtered_as_shipped):
 @pytest.fixture
 def mem005_in_preview(monkeypatch):
     monkeypatch.setattr(settings_module, "PREVIEW_CODES", frozenset({"MEM005"}))
-    monkeypatch.setattr(cli, "PREVIEW_CODES", frozenset({"MEM005"}))
+    monkeypatch.setattr(rules_module, "PREVIEW_CODES", frozenset({"MEM005"}))
 
 
 def test_a_rule_in_preview_is_off_by_default_and_on_when_asked(mem005_in_preview):
@@ -130,11 +133,29 @@ def test_the_default_set_is_the_measured_one(monkeypatch):
     from memlint.rules.measured import MEASURED
 
     untrusted = {code for code, figures in MEASURED.items()
-                 if code in rules.ALL_CODES and not figures.trusted}
-    assert rules.PREVIEW_CODES == untrusted
-    monkeypatch.setattr(settings_module, "PREVIEW_CODES", rules.PREVIEW_CODES)
+                 if code in rules.ALL_CODES and not figures.trusted} - {rules.SYNTAX_ERROR_CODE}
+    assert SHIPPED_PREVIEW_CODES == untrusted
+    monkeypatch.setattr(settings_module, "PREVIEW_CODES", SHIPPED_PREVIEW_CODES)
     assert not untrusted & set(Settings().selected_codes())
     assert untrusted <= set(Settings(preview=True).selected_codes())
+
+
+def test_a_file_that_cannot_be_checked_is_always_reported(monkeypatch, tmp_path):
+    """MEM000 is no rule that can be in preview, whatever its figures say:
+    they count how often memlint misreads code that runs."""
+    import memlint.rules as rules
+    from memlint.rules import measured
+
+    doubted = measured.Measured(true=1, false=9, debatable=0, per_thousand_files=1.0)
+    monkeypatch.setitem(measured.MEASURED, rules.SYNTAX_ERROR_CODE, doubted)
+    assert rules.SYNTAX_ERROR_CODE in measured.preview_codes()
+    assert rules.SYNTAX_ERROR_CODE not in rules.PREVIEW_CODES
+    assert rules.how_it_runs(rules.SYNTAX_ERROR_CODE) == "always"
+    monkeypatch.setattr(settings_module, "PREVIEW_CODES", frozenset({rules.SYNTAX_ERROR_CODE}))
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    found = check_paths([str(broken)], Settings(), jobs=1).findings
+    assert [f.code for f in found] == [rules.SYNTAX_ERROR_CODE]
 
 
 @pytest.mark.parametrize("value, preview", [("1", True), ("true", True), ("0", False), ("", False)])

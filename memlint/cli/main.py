@@ -31,7 +31,7 @@ from memlint.cli.reporters import (FORMATS, closing_line, display_path, full_tex
                                    statistics)
 from memlint.cli.reporters import text as concise_text
 from memlint.cli.baseline import load_baseline, without_known
-from memlint.rules import NAMES_BY_CODE, PREVIEW_CODES
+from memlint.rules import NAMES_BY_CODE, how_it_runs
 from memlint.engine.settings import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -815,7 +815,7 @@ def _list_rules() -> int:
     from memlint.cli.pages import summary
     from memlint.rules.measured import SOURCE, frequency_of, verdict_of
 
-    rows = [(code, name, "preview" if code in PREVIEW_CODES else "default", verdict_of(code),
+    rows = [(code, name, how_it_runs(code), verdict_of(code),
              frequency_of(code), summary(code)) for code, name in NAMES_BY_CODE.items()]
     header = ("code", "name", "runs", "precision on unseen code", "per 1k files", "summary")
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(5)]

@@ -33,8 +33,17 @@ NAMES_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: SYNTAX_ERROR_NAME,
 SEVERITIES: tuple[str, ...] = ("note", "warning", "error")
 SEVERITY_BY_CODE: dict[str, str] = {SYNTAX_ERROR_CODE: "error",
                                     **{entry.code: entry.severity for entry in CATALOGUE}}
-#: rules not yet trusted on unseen code: they run only when asked for (`measured.py`)
-PREVIEW_CODES: frozenset[str] = preview_codes()
+#: rules not yet trusted on unseen code: they run only when asked for
+#: (`measured.py`); never MEM000, which says a file could not be checked at
+#: all (its figures say how often memlint misreads code that runs)
+PREVIEW_CODES: frozenset[str] = preview_codes() - {SYNTAX_ERROR_CODE}
+
+
+def how_it_runs(code: str) -> str:
+    """What `memlint rules` and the README say of a code: always, default or preview."""
+    if code == SYNTAX_ERROR_CODE:
+        return "always"
+    return "preview" if code in PREVIEW_CODES else "default"
 
 
 def _load() -> list[type[Rule]]:
