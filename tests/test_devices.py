@@ -65,6 +65,10 @@ def device_of_to(source: str) -> bool | None:
      'd = torch.device("cuda" if args.cuda else "cpu")\nx.to(d)', False),
     ('import torch\ndef train(args):\n    x.to(args.device)\n'
      'parser.add_argument("--device", type=str, default="cuda")', True),
+    # the conventional name as a constant, handed in by the caller (ASTGCN's `DEVICE`)
+    ('import torch\ndef load(path, DEVICE):\n    x.to(DEVICE)', True),
+    ('import torch\ndef load(path, Dev):\n    x.to(Dev)', True),
+    ('import torch\ndef load(path, DEVICE_ID):\n    x.to(DEVICE_ID)', None),
     ('import torch\nx.to(other.device)', None),
     ('import torch\nimport torch_xla.core.xla_model as xm\nx.to(xm.xla_device())', False),
 ])

@@ -108,7 +108,9 @@ def is_cuda_device(node: cst.BaseExpression | None, ctx: Context, depth: int = 0
     bound = ctx.binding(name)
     if bound is not None:
         return is_cuda_device(bound, ctx, depth + 1)
-    if name in CONVENTIONAL_DEVICE_NAMES or name.rsplit(".", 1)[-1] in CONVENTIONAL_DEVICE_NAMES:
+    spelled = name.lower()  # `DEVICE = torch.device(...)`: the same name, as a constant
+    if spelled in CONVENTIONAL_DEVICE_NAMES \
+            or spelled.rsplit(".", 1)[-1] in CONVENTIONAL_DEVICE_NAMES:
         # in a program written only for TPUs the conventional name holds the XLA device
         return None if ctx.names.imports("torch_xla") and not _file_mentions_cuda(ctx) else True
     return None

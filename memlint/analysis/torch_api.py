@@ -102,8 +102,14 @@ FUNCTIONAL_LOSS = re.compile(r"torch\.nn\.functional\.(\w*loss|cross_entropy|"
 
 # -- data ---------------------------------------------------------------------------------
 
-DATA_LOADERS: frozenset[str] = frozenset({"torch.utils.data.DataLoader",
-                                          "torch.utils.data.dataloader.DataLoader"})
+#: torch's DataLoader, and the loaders PyTorch Geometric derives from it
+#: (PyG 2: same worker processes, same `pin_memory`; its batches' `.to()`
+#: copies every tensor they hold)
+DATA_LOADERS: frozenset[str] = frozenset({
+    "torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader",
+    "torch_geometric.loader.DataLoader", "torch_geometric.loader.DataListLoader",
+    "torch_geometric.loader.DenseDataLoader", "torch_geometric.data.DataLoader",
+})
 TENSOR_DATASETS: frozenset[str] = frozenset({"torch.utils.data.TensorDataset",
                                              "torch.utils.data.dataset.TensorDataset"})
 

@@ -139,6 +139,10 @@ class DataLoaderWithoutPinMemory(Rule):
         'loader = DataLoader(ds, batch_size=8, collate_fn=lambda items: items)',
     ]
     INVALID = [
+        # PyTorch Geometric's loader is a DataLoader (GeoMol's, with pin_memory=False)
+        'from torch_geometric.loader import DataLoader\n'
+        'loader = DataLoader(graphs, batch_size=16, num_workers=4, pin_memory=False)\n'
+        'for batch in loader:\n    out = model(batch.to("cuda"))',
         # counted, and iterated too
         'import torch\nfrom torch.utils.data import DataLoader\nif __name__ == "__main__":\n'
         '    loader = DataLoader(ds, batch_size=64, num_workers=4)\n    steps = len(loader)\n'
