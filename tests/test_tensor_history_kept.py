@@ -99,3 +99,35 @@ def test_a_model_handed_in_is_checked_wherever_it_was_built():
               "        loss.backward()\n    return total\n"
               "net = torch.nn.Linear(4, 1).cuda()\n")
     assert [f.line for f in check_source(source, "train.py", ONLY_MEM003)] == [6]
+
+
+#: LMSCNet's loss tracker: what `update_train_losses` is handed stays on the object
+TRACKER = ("import torch\n\nclass LossesTracker:\n    def __init__(self):\n"
+           "        self.train_losses = {}\n\n    def update_train_losses(self, loss):\n"
+           "        for key in loss:\n            self.train_losses[key] += loss[key]\n")
+
+
+@pytest.mark.parametrize("handed, reported", [
+    ("loss", True),  # the dict whose total was just back-propagated
+    ("{k: v.item() for k, v in loss.items()}", False),  # numbers
+    ("numbers", False),
+])
+def test_a_method_keeping_what_training_steps_hand_it_is_reported(tmp_path, handed, reported):
+    """The tracker's file cannot tell what it is handed; the training loop's file can."""
+    (tmp_path / "metrics.py").write_text(TRACKER)
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom metrics import LossesTracker\ntracker = LossesTracker()\n"
+        "model = torch.nn.Linear(4, 1).cuda()\nnumbers = {'total': 0.0}\n"
+        "for x, y in loader:\n    loss = {'total': ((model(x.cuda()) - y) ** 2).mean()}\n"
+        "    loss['total'].backward()\n"
+        f"    tracker.update_train_losses({handed})\n")
+    found = check_paths([str(tmp_path)], ONLY_MEM003, jobs=1).findings
+    assert [(Path(f.path).name, f.line) for f in found] == \
+        ([("metrics.py", 9)] if reported else [])
+    if reported:
+        assert [(Path(r.path).name, r.line) for r in found[0].related] == [("train.py", 9)]
+
+
+def test_a_method_keeping_what_no_caller_hands_it_with_history_is_left_alone(tmp_path):
+    (tmp_path / "metrics.py").write_text(TRACKER)
+    assert check_paths([str(tmp_path)], ONLY_MEM003, jobs=1).findings == []

@@ -133,6 +133,10 @@ class ModuleFacts:
     #: the process (`torch.cuda.set_device`, `CUDA_VISIBLE_DEVICES`): a
     #: `utils.init_distributed_mode(args)` another file calls first (MEM008)
     device_setters: set[str] = field(default_factory=set)
+    #: per function or method name its loops call, the arguments (position
+    #: or keyword) handed a tensor with autograd history, each with the call
+    #: as written (MEM003: `tracker.update(loss)` after `loss.backward()`)
+    history_passed: dict[str, dict[str, str]] = field(default_factory=dict)
     #: the functions it defines at top level, by name (read from its text, so
     #: that a file no rule parses still answers "does it define this helper")
     defines: frozenset[str] = frozenset()
@@ -465,6 +469,39 @@ class UnlessCallersDisableGrad(Condition):
             if position is not None:
                 found.append(Related(facts.path, *position,
                                      f"'{self.function}' is called here with autograd on"))
+        return found
+
+
+@dataclass(frozen=True)
+class UnlessNoCallerPassesHistory(Condition):
+    """A method that keeps what it is handed on its object: dropped unless a
+    file of the project calls a function or method of its name handing a
+    tensor with autograd history there (by position, `self` not counted, or
+    by keyword)."""
+
+    function: str
+    position: int
+    parameter: str
+
+    def _calls(self, project: Project) -> list[tuple[ModuleFacts, str]]:
+        return [(facts, passed[key]) for facts in project.modules
+                for passed in [facts.history_passed.get(self.function, {})]
+                for key in (str(self.position), self.parameter) if key in passed]
+
+    def drops(self, project: Project) -> bool:
+        return not self._calls(project)
+
+    def related(self, project: Project) -> list[Related]:
+        """Where a caller hands it a tensor with history (the first such call)."""
+        found = []
+        for facts, written in self._calls(project):
+            if facts.path.endswith(".ipynb"):
+                continue
+            positions = project.calls_written(facts.path, written)
+            if positions:
+                found.append(Related(facts.path, *positions[0],
+                                     f"'{self.function}' is handed a tensor with autograd "
+                                     f"history here"))
         return found
 
 
@@ -849,6 +886,13 @@ class Project:
                     self._method_verdicts[key] = _method_verdicts(facts.path, method)
                 found += self._method_verdicts[key]
         return found
+
+    def calls_written(self, path: str, written: str) -> list[tuple[int, int]]:
+        """(line, column) of each call written so in the file at `path`."""
+        positions = self._call_positions.get(path)
+        if positions is None:
+            positions = self._call_positions[path] = _calls_by_written_name(path)
+        return positions.get(written, [])
 
     def position_of(self, facts: ModuleFacts, call: CallFact) -> tuple[int, int] | None:
         """(line, column), 1-based, of a call recorded in `facts`: the n-th call

@@ -19,6 +19,7 @@ from memlint.analysis.project import (Condition, Either, UnlessForwardsGiveNoHis
                                       UnlessProgramMethodsKeepNoHistory, UnlessProjectOnCpu)
 from memlint.analysis.torch_api import AUTOGRAD_ENTRY
 from memlint.rules.base import Rule, RuleOptions
+from memlint.rules.mem003_tensor_history_kept.across_calls import AcrossCalls
 from memlint.rules.mem003_tensor_history_kept.fix import detach_fix, message
 from memlint.rules.mem003_tensor_history_kept.kept import Frame, KeptStore, kept_for_its_data
 
@@ -223,6 +224,7 @@ class TensorHistoryKept(Rule):
         #: loops whose body runs a backward or an optimizer step: training steps
         self.training_loops: set[int] = set()
         self.top_level: set[str] = set()
+        self.across = AcrossCalls(ctx, self.values)  # what methods keep on their object
 
     # -- frames: one per function, and the module ---------------------------
     def visit_Module(self, node: cst.Module) -> None:
@@ -252,6 +254,8 @@ class TensorHistoryKept(Rule):
         self._publish_results()
         if not self.reporting:
             return  # walked for what its functions return, for other files
+        for node, text, statement, unless in self.across.reports(UnlessProjectOnCpu.here(self.ctx)):
+            self.report(node, text, statement, unless)
         judged = []
         for frame, store in self.pending:
             value = self.values.settled(store.value)
@@ -336,6 +340,7 @@ class TensorHistoryKept(Rule):
     # -- stores ----------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         self._note_backward(node)
+        self.across.note_call(node, self.frames[-1].backpropagated)
         for store in self.stores(node):
             self._check_store(store)
 
@@ -351,7 +356,8 @@ class TensorHistoryKept(Rule):
 
     def _check_store(self, store: Store) -> None:
         node, container, stored, verb, chain_of = store
-        if not self.ctx.in_loop or self.ctx.grad_disabled or not self.ctx.names.imports("torch"):
+        if self.ctx.grad_disabled or not self.ctx.names.imports("torch") \
+                or self.across.check(store, self.statement()) or not self.ctx.in_loop:
             return
         owner = container_name(container)
         if owner is None:
