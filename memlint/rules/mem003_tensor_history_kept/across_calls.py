@@ -17,11 +17,20 @@ from memlint.analysis.autograd_values import AutogradValues, names_in
 from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
 from memlint.analysis.fact_collector import FactCollector
+from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import (Condition, Either, UnlessNoCallerPassesHistory)
 from memlint.analysis.stores import Store, code, container_name
 
 #: stores that grow with every call (`append`, `+=`): an assignment replaces
 _GROWING = {"append", "extend with", "insert", "concatenate", "add", "subtract"}
+#: method names a call may mean another type's method by: Python's own
+#: containers' and objects' (`buffer.append(x)`, `meter.update(...)` of a
+#: dict), and the step, reset and forward of optimizers, schedulers, modules
+#: and environments; a call of one is never taken for the project's method
+_ANYONES = frozenset(name for kind in (list, dict, set, str, bytes, tuple, object)
+                     for name in dir(kind)) | {
+    "step", "reset", "forward", "backward", "zero_grad", "render", "close", "seed", "log",
+    "add", "put", "push", "record", "write", "send", "save", "load", "run", "train", "eval"}
 
 
 class ObjectStore(NamedTuple):
@@ -42,16 +51,19 @@ class AcrossCalls:
     def __init__(self, ctx: Context, values: AutogradValues) -> None:
         self.ctx, self.values = ctx, values
         self.found: list[ObjectStore] = []
+        #: (the function it is in, the call as written, the argument) of each
+        #: call that hands a tensor with history on
+        self.handing: list[tuple[cst.FunctionDef | None, str, str]] = []
 
     def note_call(self, node: cst.Call, backpropagated: set[str]) -> None:
-        """Record the arguments of a call in a loop that carry history:
-        back-propagated here, or made with autograd on."""
-        collector = FactCollector.of(self.ctx)
-        if collector is None or not self.ctx.in_loop or self.ctx.grad_disabled:
+        """Note the arguments of a call in a loop that carry history:
+        back-propagated here, or made with autograd on (told the project in
+        `publish`, once the grad mode of each function's callers is known)."""
+        if not self.ctx.in_loop or self.ctx.grad_disabled:
             return
-        facts = collector.facts
         written = dotted_name(node.func)
-        if written is None or (self.ctx.qualify(node.func) or "").startswith("torch."):
+        if written is None or written.rsplit(".", 1)[-1] in _ANYONES \
+                or (self.ctx.qualify(node.func) or "").startswith("torch."):
             return
         for index, arg in enumerate(node.args):
             if arg.star or type(arg.value) is not cst.Name:
@@ -59,7 +71,17 @@ class AcrossCalls:
             if self.values.kept_backpropagated(arg.value, backpropagated) or \
                     self.values.settled(self.values.value_of(arg.value)).history is True:
                 key = arg.keyword.value if arg.keyword is not None else str(index)
-                facts.history_passed.setdefault(written.rsplit(".", 1)[-1], {}) \
+                self.handing.append((self.ctx.function, written, key))
+
+    def publish(self, index: ModuleIndex) -> None:
+        """Tell the project the calls noted, but those in functions that every
+        caller here runs with grad off."""
+        collector = FactCollector.of(self.ctx)
+        if collector is None:
+            return
+        for function, written, key in self.handing:
+            if function is None or not index.runs_grad_off(function):
+                collector.facts.history_passed.setdefault(written.rsplit(".", 1)[-1], {}) \
                     .setdefault(key, written)
 
     def check(self, store: Store, statement: cst.CSTNode | None) -> bool:
@@ -67,7 +89,7 @@ class AcrossCalls:
         the method is handed (then noted here, to wait on its callers)."""
         function, ctx = self.ctx.function, self.ctx
         if function is None or ctx.class_def is None or ctx.grad_disabled \
-                or function.name.value == "__init__" or store.verb not in _GROWING:
+                or function.name.value in _ANYONES or store.verb not in _GROWING:
             return False
         owner = container_name(store.container) or ""
         if not owner.startswith("self."):

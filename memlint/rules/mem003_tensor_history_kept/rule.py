@@ -252,6 +252,7 @@ class TensorHistoryKept(Rule):
         while self.frames:
             self._settle(self.frames.pop())
         self._publish_results()
+        self.across.publish(self.index)
         if not self.reporting:
             return  # walked for what its functions return, for other files
         for node, text, statement, unless in self.across.reports(UnlessProjectOnCpu.here(self.ctx)):
@@ -316,8 +317,7 @@ class TensorHistoryKept(Rule):
         return unless
 
     def _publish_results(self) -> None:
-        """Tell the project what this module's functions return (for callers
-        in other files that import them)."""
+        """Tell the project what this module's functions return (for other files)."""
         collector = FactCollector.of(self.ctx)
         if collector is None or not self.top_level:
             return
