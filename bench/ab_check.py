@@ -25,7 +25,8 @@ def run(tree: str, jobs: str, corpus: str) -> tuple[float, float, int, int]:
     env = {**os.environ, "PYTHONPATH": tree}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "memlint", "check", f"-j{jobs}", corpus],
+    done = subprocess.run([sys.executable, "-m", "memlint", "check", "--no-cache", f"-j{jobs}",
+                           os.path.abspath(corpus)],
                           cwd=tree, env=env, capture_output=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -20,6 +20,7 @@ from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.project import (Condition, Either, UnlessNoCallerPassesHistory)
 from memlint.analysis.stores import Store, code, container_name
+from memlint.rules.mem003_tensor_history_kept.kept import Frame
 
 #: stores that grow with every call (`append`, `+=`): an assignment replaces
 _GROWING = {"append", "extend with", "insert", "concatenate", "add", "subtract"}
@@ -55,12 +56,14 @@ class AcrossCalls:
         #: call that hands a tensor with history on
         self.handing: list[tuple[cst.FunctionDef | None, str, str]] = []
 
-    def note_call(self, node: cst.Call, backpropagated: set[str]) -> None:
-        """Note the arguments of a call in a loop that carry history:
-        back-propagated here, or made with autograd on (told the project in
-        `publish`, once the grad mode of each function's callers is known)."""
-        if not self.ctx.in_loop or self.ctx.grad_disabled:
+    def note_call(self, node: cst.Call, frame: Frame) -> None:
+        """Note the arguments of a call in a training step (a loop of a
+        function that back-propagates) that carry history: back-propagated
+        here, or made with autograd on (told the project in `publish`, once
+        the grad mode of each function's callers is known)."""
+        if not frame.calls_backward or not self.ctx.in_loop or self.ctx.grad_disabled:
             return
+        backpropagated = frame.backpropagated
         written = dotted_name(node.func)
         if written is None or written.rsplit(".", 1)[-1] in _ANYONES \
                 or (self.ctx.qualify(node.func) or "").startswith("torch."):

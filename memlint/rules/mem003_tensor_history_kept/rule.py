@@ -340,7 +340,7 @@ class TensorHistoryKept(Rule):
     # -- stores ----------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
         self._note_backward(node)
-        self.across.note_call(node, self.frames[-1].backpropagated)
+        self.across.note_call(node, self.frames[-1])
         for store in self.stores(node):
             self._check_store(store)
 
