@@ -129,12 +129,15 @@ HELDOUT_LISTINGS: tuple[str, ...] = (
     'heldout17_*',
     'heldout18_*',
     'heldout19_*',
+    'heldout20_*',
 )
 #: rules measured on some of those listings only (changed since the others)
 RULE_LISTINGS: dict[str, tuple[str, ...]] = {
-    'MEM001': ('heldout15_*', 'heldout16_*', 'heldout17_*', 'heldout18_*', 'heldout19_*'),
-    'MEM004': ('heldout18_*', 'heldout19_*'),
-    'MEM005': ('heldout15_*', 'heldout16_*', 'heldout17_*', 'heldout18_*', 'heldout19_*'),
+    'MEM001': ('heldout20_*',),
+    'MEM002': ('heldout20_*',),
+    'MEM003': ('heldout20_*',),
+    'MEM004': ('heldout18_*', 'heldout19_*', 'heldout20_*'),
+    'MEM005': ('heldout20_*',),
     'MEM007': (
         'heldout13_*',
         'heldout14_*',
@@ -143,41 +146,42 @@ RULE_LISTINGS: dict[str, tuple[str, ...]] = {
         'heldout17_*',
         'heldout18_*',
         'heldout19_*',
+        'heldout20_*',
     ),
 }
 #: what the figures are: which sets, judged at which commit, when; which corpus
-SOURCE = ('243 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*, '
-          'heldout15_*, heldout16_*, heldout17_*, heldout18_*, heldout19_*) judged at '
-          '912cbe8 and d923155 and 52aba62 and 7c8e542 and 1e559f3 and ccea863 and 7be17bf '
-          'and 32277c2 and eac6b24; frequency on the review corpus (511 repositories, 26258'
-          ' files), 2026-11-27; MEM001 on heldout15_* and heldout16_* and heldout17_* and '
-          'heldout18_* and heldout19_* only, MEM004 on heldout18_* and heldout19_* only, '
-          'MEM005 on heldout15_* and heldout16_* and heldout17_* and heldout18_* and '
-          'heldout19_* only, MEM007 on heldout13_* and heldout14_* and heldout15_* and '
-          'heldout16_* and heldout17_* and heldout18_* and heldout19_* only')
+SOURCE = ('268 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*, '
+          'heldout15_*, heldout16_*, heldout17_*, heldout18_*, heldout19_*, heldout20_*) '
+          'judged at 912cbe8 and d923155 and 52aba62 and 7c8e542 and 1e559f3 and ccea863 '
+          'and 7be17bf and 32277c2 and eac6b24 and 496161f; frequency on the review corpus '
+          '(561 repositories, 28972 files), 2026-11-27; MEM001 on heldout20_* only, MEM002 '
+          'on heldout20_* only, MEM003 on heldout20_* only, MEM004 on heldout18_* and '
+          'heldout19_* and heldout20_* only, MEM005 on heldout20_* only, MEM007 on '
+          'heldout13_* and heldout14_* and heldout15_* and heldout16_* and heldout17_* and '
+          'heldout18_* and heldout19_* and heldout20_* only')
 MEASURED: dict[str, Measured] = {
-    "MEM000": Measured(true=7, false=3, debatable=0,
-                      per_thousand_files=4.80),
-    "MEM001": Measured(true=2, false=16, debatable=14,
-                      per_thousand_files=5.37),
+    "MEM000": Measured(true=8, false=3, debatable=0,
+                      per_thousand_files=4.42),
+    "MEM001": Measured(true=3, false=4, debatable=9,
+                      per_thousand_files=5.70),
     "MEM002": Measured(true=0, false=0, debatable=0,
-                      per_thousand_files=0.53),
-    "MEM003": Measured(true=4, false=7, debatable=2,
-                      per_thousand_files=1.94),
-    "MEM004": Measured(true=17, false=6, debatable=10,
-                      per_thousand_files=18.78),
-    "MEM005": Measured(true=16, false=0, debatable=1,
-                      per_thousand_files=45.55),
-    "MEM005 (preview variant)": Measured(true=81, false=27, debatable=66,
+                      per_thousand_files=0.48),
+    "MEM003": Measured(true=3, false=3, debatable=1,
+                      per_thousand_files=1.97),
+    "MEM004": Measured(true=26, false=7, debatable=10,
+                      per_thousand_files=17.74),
+    "MEM005": Measured(true=14, false=0, debatable=0,
+                      per_thousand_files=46.73),
+    "MEM005 (preview variant)": Measured(true=20, false=0, debatable=7,
                       per_thousand_files=0.00),
-    "MEM007": Measured(true=34, false=23, debatable=10,
-                      per_thousand_files=43.15),
-    "MEM007 (preview variant)": Measured(true=119, false=37, debatable=115,
+    "MEM007": Measured(true=39, false=24, debatable=10,
+                      per_thousand_files=43.28),
+    "MEM007 (preview variant)": Measured(true=146, false=50, debatable=154,
                       per_thousand_files=0.00),
-    "MEM008": Measured(true=1, false=7, debatable=0,
-                      per_thousand_files=0.57),
+    "MEM008": Measured(true=1, false=9, debatable=0,
+                      per_thousand_files=0.59),
     "MEM009": Measured(true=1, false=0, debatable=0,
-                      per_thousand_files=0.00),
+                      per_thousand_files=0.03),
     "MEM010": Measured(true=0, false=0, debatable=3,
-                      per_thousand_files=0.95),
+                      per_thousand_files=0.86),
 }
