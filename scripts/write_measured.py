@@ -132,9 +132,9 @@ def figures_block(listings: tuple[str, ...], source: str,
             "MEASURED: dict[str, Measured] = {\n" + "\n".join(rows) + "\n}\n")
 
 
-def _tuple_lines(items: tuple[str, ...]) -> str:
+def _tuple_lines(items: tuple[str, ...], indent: str = "") -> str:
     """One item per line: the listings grow with every held-out set."""
-    return "(\n" + "".join(f"    {item!r},\n" for item in items) + ")"
+    return "(\n" + "".join(f"{indent}    {item!r},\n" for item in items) + f"{indent})"
 
 
 def _dict_lines(mapping: dict[str, tuple[str, ...]]) -> str:
@@ -145,8 +145,7 @@ def _dict_lines(mapping: dict[str, tuple[str, ...]]) -> str:
     for key, value in mapping.items():
         line = f"    {key!r}: {value!r},"
         if len(line) > 100:  # a tuple too long for a line: one item per line
-            items = "".join(f"        {item!r},\n" for item in value)
-            line = f"    {key!r}: (\n{items}    ),"
+            line = f"    {key!r}: {_tuple_lines(value, indent='    ')},"
         lines.append(line + "\n")
     return "{\n" + "".join(lines) + "}"
 

@@ -902,12 +902,9 @@ class Project:
         and for a notebook (its lines are not the file's)."""
         if facts.path.endswith(".ipynb"):
             return None
-        positions = self._call_positions.get(facts.path)
-        if positions is None:
-            positions = self._call_positions[facts.path] = _calls_by_written_name(facts.path)
         same = [c for c in facts.calls if c.written == call.written]
         index = next(i for i, c in enumerate(same) if c is call)
-        found = positions.get(call.written, [])
+        found = self.calls_written(facts.path, call.written)
         return found[index] if len(found) == len(same) else None
 
 

@@ -9,6 +9,7 @@ them (`UnlessNoCallerPassesHistory`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import libcst as cst
@@ -87,9 +88,10 @@ class AcrossCalls:
                 collector.facts.history_passed.setdefault(written.rsplit(".", 1)[-1], {}) \
                     .setdefault(key, written)
 
-    def check(self, store: Store, statement: cst.CSTNode | None) -> bool:
+    def check(self, store: Store, statement: Callable[[], cst.CSTNode | None]) -> bool:
         """Whether `store` keeps on the method's object a value made from what
-        the method is handed (then noted here, to wait on its callers)."""
+        the method is handed (then noted here, to wait on its callers, with
+        the enclosing `statement()`: asked only then, as most stores are not)."""
         function, ctx = self.ctx.function, self.ctx
         if function is None or ctx.class_def is None or ctx.grad_disabled \
                 or function.name.value in _ANYONES or store.verb not in _GROWING:
@@ -101,7 +103,7 @@ class AcrossCalls:
         handed = [name for name in names_in(store.stored) if name in params]
         if len(handed) != 1 or self.values.value_of(store.stored).history is False:
             return False
-        self.found.append(ObjectStore(store, statement, function.name.value,
+        self.found.append(ObjectStore(store, statement(), function.name.value,
                                       params.index(handed[0]), handed[0]))
         return True
 

@@ -357,7 +357,7 @@ class TensorHistoryKept(Rule):
     def _check_store(self, store: Store) -> None:
         node, container, stored, verb, chain_of = store
         if self.ctx.grad_disabled or not self.ctx.names.imports("torch") \
-                or self.across.check(store, self.statement()) or not self.ctx.in_loop:
+                or self.across.check(store, self.statement) or not self.ctx.in_loop:
             return
         owner = container_name(container)
         if owner is None:
