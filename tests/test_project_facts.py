@@ -339,6 +339,60 @@ def test_checkpoints_of_a_project_whose_savers_move_weights_to_the_cpu(tmp_path,
     assert codes(tmp_path) == ([("main_test.py", 4, "MEM007")] if reported else [])
 
 
+BASICSR_SAVER = (
+    "import torch\nfrom basicsr.utils import logger\n"
+    "class BaseModel:\n"
+    "    def __init__(self, opt):\n"
+    "        self.device = torch.device('cuda' if opt['num_gpu'] != 0 else 'cpu')\n"
+    "    def save_network(self, net, param_key, path):\n"
+    "        save_dict = {}\n"
+    "        state_dict = net.state_dict()\n"
+    "        for key, param in state_dict.items():\n"
+    "            if key.startswith('module.'):\n                key = key[7:]\n"
+    "            state_dict[key] = param.cpu()\n"
+    "        save_dict[param_key] = state_dict\n"
+    "{extra}"
+    "        torch.save(save_dict, path)\n"
+    "    def save_training_state(self, epoch, path):\n"
+    "        state = {'epoch': epoch, 'optimizers': [], 'schedulers': []}\n"
+    "        for o in self.optimizers:\n            state['optimizers'].append(o.state_dict())\n"
+    "        torch.save(state, path)\n")
+
+
+@pytest.mark.parametrize("extra, reported", [
+    ("", False),
+    # one entry not shown on the CPU: the saved dict may hold GPU tensors
+    ("        save_dict['ema'] = self.net_ema.state_dict()\n", True),
+])
+def test_a_package_saver_that_nests_cpu_state_dicts(tmp_path, extra, reported):
+    """BasicSR (vendored by Restormer, EDVR and many more): `save_network`
+    nests state dicts moved to the CPU in a dict; the training state holds
+    the optimizers' state; FID statistics are NumPy arrays. A test script
+    imports an architecture from the package, whose `__init__` runs first:
+    it belongs to the package's program, whose checkpoints hold CPU tensors."""
+    package = tmp_path / "basicsr"
+    (package / "models" / "archs").mkdir(parents=True)
+    (package / "utils").mkdir()
+    (package / "__init__.py").write_text("from .models import *\nfrom .utils import *\n")
+    (package / "utils" / "__init__.py").write_text("logger = None\n")
+    (package / "models" / "__init__.py").write_text(
+        "import importlib\nmodules = [importlib.import_module(f'basicsr.models.{n}') for n in []]\n")
+    (package / "models" / "base_model.py").write_text(BASICSR_SAVER.replace("{extra}", extra))
+    (package / "models" / "archs" / "__init__.py").write_text("")
+    (package / "models" / "archs" / "net_arch.py").write_text(
+        "import torch\nclass Net(torch.nn.Module):\n    pass\n")
+    (tmp_path / "fid_stats.py").write_text(
+        "import numpy as np\nimport torch\nimport basicsr\n"
+        "def stats(features, args):\n    mean = np.mean(features, 0)\n"
+        "    cov = np.cov(features, rowvar=False)\n"
+        "    torch.save(dict(name=args.name, size=args.size, mean=mean, cov=cov), 'stats.pth')\n")
+    (tmp_path / "test.py").write_text(
+        "import torch\nfrom basicsr.models.archs.net_arch import Net\n"
+        "model = Net()\nmodel.load_state_dict(torch.load(args.weights)['params'])\n"
+        "model.cuda()\n")
+    assert codes(tmp_path) == ([("test.py", 4, "MEM007")] if reported else [])
+
+
 def test_a_converter_without_cuda_saves_cpu_weights_unless_it_re_saves_a_load(tmp_path):
     """A conversion script that never mentions CUDA saves what it built on the
     CPU; one that loads a checkpoint and saves it again passes its devices on

@@ -731,14 +731,18 @@ class Project:
     @cached_property
     def _components(self) -> dict[str, frozenset[str]]:
         """Each module's set of modules linked to it by imports (either way,
-        transitively)."""
+        transitively). Importing `pkg.sub.mod` runs `pkg` and `pkg.sub` first,
+        so a module is linked to the packages above what it imports too."""
         links: dict[str, set[str]] = {m.module: set() for m in self.modules}
         for facts in self.modules:
             for imported in facts.imports:
                 for target in self._resolve_import(facts.module, imported):
-                    if target != facts.module:
-                        links[facts.module].add(target)
-                        links[target].add(facts.module)
+                    parts = target.split(".")
+                    for end in range(len(parts), 0, -1):
+                        run = ".".join(parts[:end])
+                        if run != facts.module and run in links:
+                            links[facts.module].add(run)
+                            links[run].add(facts.module)
         components: dict[str, frozenset[str]] = {}
         for start in links:
             if start in components:

@@ -100,6 +100,42 @@ def holds_optimizer_state(node: cst.BaseExpression) -> bool:
     return name is not None and (bool(OPTIMIZER_NAME.search(name)) or "scheduler" in name.lower())
 
 
+def holds_other_than_weights(saved: cst.BaseExpression, ctx: Context) -> bool:
+    """What a save shows to be no model's weights: a slice of an array
+    (`params[0:2, :]`); a dict built with an optimizer's entry and no
+    module's `state_dict()` (BasicSR's training state: epoch, iteration,
+    `optimizers`, `schedulers`, which load back in place); a dict of NumPy
+    results, settings and literals (FID statistics: `mean`, `cov`)."""
+    name = dotted_name(saved)
+    value = ctx.binding(name) if name is not None else saved
+    if isinstance(value, cst.Subscript):
+        return any(isinstance(element.slice, cst.Slice) for element in value.slice)
+    if isinstance(value, cst.Call) and dotted_name(value.func) == "dict" \
+            and all(arg.keyword is not None for arg in value.args):
+        return all(_made_by_numpy_or_settings(arg.value, ctx) for arg in value.args)
+    if not isinstance(value, cst.Dict):
+        return False
+    keys = [string_value(e.key) or "" for e in value.elements if isinstance(e, cst.DictElement)]
+    weights = [call for call in calls_in(value) if isinstance(call.func, cst.Attribute)
+               and call.func.attr.value == "state_dict" and not holds_optimizer_state(call)]
+    return (any(OPTIMIZER_NAME.search(key) for key in keys) and not weights) or bool(
+        value.elements) and all(
+        isinstance(e, cst.DictElement) and _made_by_numpy_or_settings(e.value, ctx)
+        for e in value.elements)
+
+
+def _made_by_numpy_or_settings(value: cst.BaseExpression, ctx: Context) -> bool:
+    """A literal, a setting (`args.size`, `opt["name"]`), or a NumPy result."""
+    if isinstance(value, (cst.SimpleString, cst.Integer, cst.Float, cst.FormattedString)):
+        return True
+    name = dotted_name(value)
+    setting = value.value if isinstance(value, cst.Subscript) else value
+    if holds_arguments(setting) or (dotted_name(setting) or ".").split(".")[0] in _ARGUMENTS:
+        return True
+    made = ctx.binding(name) if name is not None else value
+    return isinstance(made, cst.Call) and (ctx.qualify(made.func) or "").startswith("numpy.")
+
+
 def is_item(target: cst.BaseExpression, container: str, key: str) -> bool:
     """`sd[k]`."""
     return isinstance(target, cst.Subscript) and dotted_name(target.value) == container \
@@ -109,6 +145,11 @@ def is_item(target: cst.BaseExpression, container: str, key: str) -> bool:
 
 def moves_to_cpu(value: cst.BaseExpression, name: str) -> bool:
     """`v.cpu()`, `v.detach().cpu()`, `v.cpu().clone()`, `v.to("cpu")` of `name`."""
+    return moved_to_cpu(value) == name
+
+
+def moved_to_cpu(value: cst.BaseExpression) -> str | None:
+    """The name `value` moves to the CPU (`v` of `v.detach().cpu()`), if it does."""
     on_cpu = False
     while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
         method = value.func.attr.value
@@ -116,9 +157,9 @@ def moves_to_cpu(value: cst.BaseExpression, name: str) -> bool:
                                and string_value(value.args[0].value) == "cpu"):
             on_cpu = True
         elif method not in ("detach", "clone", "contiguous", "float", "half"):
-            return False
+            return None
         value = value.func.value
-    return on_cpu and dotted_name(value) == name
+    return dotted_name(value) if on_cpu else None
 
 
 def holds_arguments(node: cst.BaseExpression) -> bool:

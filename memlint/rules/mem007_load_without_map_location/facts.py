@@ -17,7 +17,8 @@ from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.saved_files import (
     LIBRARIES, calls_in, file_named_in, holds_an_optimizer, holds_arguments,
-    holds_optimizer_state, is_item, moves_to_cpu, path_key, saves_cpu_values)
+    holds_optimizer_state, holds_other_than_weights, is_item, moved_to_cpu, moves_to_cpu,
+    path_key, saves_cpu_values)
 
 
 class Load(NamedTuple):
@@ -56,6 +57,8 @@ class SavesSeen:
         self.loads_seen = False  # a torch.load came before (what is saved may be what it read)
         #: (function, name) of state dicts whose every item was moved to the CPU
         self.items_on_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
+        #: (function, name) of dicts given an entry not shown on the CPU
+        self.entries_off_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
 
     def note_save(self, node: cst.Call) -> None:
         """`torch.save(value, path)`: whether `value` is on the CPU, for the
@@ -76,8 +79,10 @@ class SavesSeen:
         if key is not None:
             (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
             self.last_saves.setdefault(self.ctx.function, {})[key] = on_cpu
-        if collector is not None and (made_here is not None or moved_to_cpu) and not (
-                holds_optimizer_state(saved) or holds_arguments(saved)):
+        shown_moved = moved_to_cpu or self._items_moved_to_cpu(saved)
+        if collector is not None and (made_here is not None or shown_moved) and not (
+                holds_optimizer_state(saved) or holds_arguments(saved)
+                or holds_other_than_weights(saved, self.ctx)):
             collector.facts.model_saves.append(on_cpu)
 
     def saved_before(self, key: str | None) -> bool | None:
@@ -106,6 +111,23 @@ class SavesSeen:
                         and is_item(small.targets[0].target, container, key) \
                         and moves_to_cpu(small.value, value):
                     self.items_on_cpu.add((self.ctx.function, container))
+
+    def note_entry(self, node: cst.Assign) -> None:
+        """`save_dict[key] = state_dict`: a dict filled with state dicts whose
+        every tensor was moved to the CPU holds CPU values too (BasicSR's
+        `save_network`); one entry of anything not shown on the CPU, and it may not."""
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Subscript):
+            return
+        container = dotted_name(node.targets[0].target.value)
+        if container is None:
+            return
+        value, held = node.value, (self.ctx.function, container)
+        if self._items_moved_to_cpu(value):
+            if held not in self.entries_off_cpu:
+                self.items_on_cpu.add(held)
+        elif moved_to_cpu(value) is None:
+            self.entries_off_cpu.add(held)
+            self.items_on_cpu.discard(held)
 
     def _made_without_cuda(self, saved: cst.BaseExpression) -> bool | None:
         """Saved by a module that never mentions CUDA, from values it made

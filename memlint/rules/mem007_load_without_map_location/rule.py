@@ -375,7 +375,9 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         return True
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        """`net = checkpoint["net"]`: what an entry of a loaded dict becomes."""
+        """`net = checkpoint["net"]`: what an entry of a loaded dict becomes;
+        `save_dict[key] = state_dict`: what a saved dict holds."""
+        self.note_entry(node)
         value = node.value
         if isinstance(value, cst.Subscript) and len(node.targets) == 1:
             owner, name = dotted_name(value.value), dotted_name(node.targets[0].target)
