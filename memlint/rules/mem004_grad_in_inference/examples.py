@@ -100,6 +100,14 @@ VALID = [
     # a method called through a local alias named like a module
     "import torch\ndef predict(self, logits):\n    decoder = self.char_decode\n"
     "    return decoder(logits.argmax(-1))",
+    # a model handed to a helper by its only caller, frozen there
+    "import torch\nimport copy\ndef _sample(G, z):\n    return G(z.cuda())\n"
+    "def compute(opts):\n    G = copy.deepcopy(opts.G).eval().requires_grad_(False).cuda()\n"
+    "    return [_sample(G, torch.randn(1, 512)) for _ in range(8)]",
+    # a volatile Variable fed only to forwards under no_grad: it changes nothing
+    "import torch\nfrom torch.autograd import Variable\ndef test(model, x):\n"
+    "    model.eval()\n    v = Variable(x.cuda(), volatile=True)\n"
+    "    with torch.no_grad():\n        return model(v)",
     # a warm-up forward whose output nothing keeps, then the loop under no_grad
     "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
     "    model(torch.zeros(1, 3, 64, 64).cuda())\n    with torch.no_grad():\n"
@@ -138,6 +146,10 @@ INVALID = [
     # a model built here, then moved to the GPU
     "import torch\ndef test():\n    net = ResNet18()\n    net.cuda()\n    net.eval()\n"
     "    return net(torch.randn(2, 3, 32, 32).cuda())",
+    # the twin: the helper's caller hands it the model unfrozen
+    "import torch\nimport copy\ndef _sample(G, z):\n    return G(z.cuda())\n"
+    "def compute(opts):\n    G = copy.deepcopy(opts.G).eval().cuda()\n"
+    "    return [_sample(G, torch.randn(1, 512)) for _ in range(8)]",
     # the twin: the loop after the warm-up runs with autograd on
     "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
     "    model(torch.zeros(1, 3, 64, 64).cuda())\n"

@@ -56,6 +56,9 @@ class Unit:
     volatile_after_eval: bool = False
     volatile_names: set[str] = field(default_factory=set)  # names bound to a volatile Variable
     volatile_fed: bool = False  # one is fed to a model (a DQN's target forward in a training step)
+    #: a model runs under no_grad after its volatile Variable (then, with no
+    #: forward with grad on, the Variable changes nothing)
+    guarded_forward: bool = False
     wants_grad: bool = False
     #: the first unguarded forward ran after a `.eval()` of its model
     forward_after_eval: bool = False

@@ -8,7 +8,7 @@ from memlint.analysis.autograd_values import BackwardFlows
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.names import dotted_name, literal_bool
+from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.project import (Either, UnlessForwardDisablesGrad, UnlessForwardNeedsGrad,
                                       UnlessProjectOnCpu)
 from memlint.analysis.torch_api import GRAD_USERS, VARIABLE
@@ -149,6 +149,9 @@ class GradInInference(Rule):
                 dotted_name(a.value) in self.unit.volatile_names for a in node.args) \
                 and self.forwards.called_module(node, self.unit) is not None:
             self.unit.volatile_fed = True
+        if self.index.grad_disabled and self.unit.volatile is not None \
+                and not self.unit.guarded_forward:
+            self.unit.guarded_forward = self.forwards.called_module(node, self.unit) is not None
         if self.unit.forward is not None or self.index.grad_disabled:
             return
         if self.unit.any_forward is not None and not self.unit.evaluated \
@@ -209,7 +212,7 @@ class GradInInference(Rule):
             assert unit.forward is not None  # what made the unit pending
             call, statement, module = unit.forward
             if (unit.wants_grad and not evaluates_after_training(unit)) \
-                    or module in unit.frozen \
+                    or module in unit.frozen or self._frozen_by_every_caller(unit, module) \
                     or self._left_alone(unit, module) \
                     or self.forwards.global_on_host(module):
                 continue
@@ -240,7 +243,9 @@ class GradInInference(Rule):
         self._report_inference_through_helpers()
         top = self.units[0]
         for unit in (*self.volatile_units, *([top] if top.volatile is not None else [])):
-            if unit.volatile is not None and id(unit) not in reported and (
+            every_forward_guarded = unit.guarded_forward and unit.any_forward is None
+            if unit.volatile is not None and id(unit) not in reported \
+                    and not every_forward_guarded and (
                     not unit.wants_grad or unit.volatile_after_eval or unit.volatile_fed):
                 self._report_volatile(*unit.volatile)
 
@@ -259,6 +264,25 @@ class GradInInference(Rule):
                         None, unless_elsewhere(info, self.index, self.ctx, self.facts.module),
                         fix=no_grad_fix(function, self.ctx),
                         related=[(forward, f"'{module}' runs forward here, in '{called}'")])
+
+    def _frozen_by_every_caller(self, unit: Unit, module: str) -> bool:
+        """A model handed in as a parameter that every call in this file fills
+        with a model its caller froze (`G = deepcopy(opts.G).eval()
+        .requires_grad_(False)`, then `_eval_fvd(opts, G)`): its forward
+        records nothing either. A function not called here may get anything."""
+        info = self.index.info(unit.node) if unit.node is not None else None
+        if info is None or unit.node is None or info.class_name is not None:
+            return False
+        names = [param.name.value for param in unit.node.params.params]
+        sites = self.index.call_sites(info)
+        if module not in names or not sites:
+            return False
+        for site in sites:
+            caller = self.finished.get(site.caller.node) if site.caller is not None else None
+            handed = call_arg(site.node, module, position=names.index(module))
+            if caller is None or handed is None or dotted_name(handed.value) not in caller.frozen:
+                return False
+        return True
 
     def _left_alone(self, unit: Unit, module: str) -> bool:
         """Whether `unit`'s unguarded forward of `module` is no inference to report."""
