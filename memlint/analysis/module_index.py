@@ -20,7 +20,7 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
-from memlint.analysis.torch_api import COMPILERS
+from memlint.analysis.torch_api import COMPILERS, TRACERS
 
 PARTIALS = {"functools.partial", "functools.partialmethod"}
 #: nn.Module's own methods: `obj.eval()` on an object of unknown class is one of
@@ -265,6 +265,17 @@ class ModuleIndex:
                 for callee in self.callees(site, loose=loose):
                     self._sites_by_callee.setdefault(callee, []).append(site)
         return self._sites_by_callee.get(function, [])
+
+    def only_traced(self, function: FunctionInfo) -> bool:
+        """Whether `function` is never called here, only handed to a tracer or
+        exporter (`torch.onnx.export(forward_for_export, dummy, path)`): it
+        runs once, on an example input, to record its operators."""
+        if self.call_sites(function):
+            return False
+        handed = [site for expr, site in self._handed
+                  if function in self.resolve_reference(expr, site.class_name, loose=True)]
+        return bool(handed) and all(self.ctx.qualify(site.node.func) in TRACERS
+                                    for site in handed)
 
     def forward_disables_grad(self, class_name: str | None) -> bool:
         """A class of this file whose `forward` is decorated `@torch.no_grad()`."""

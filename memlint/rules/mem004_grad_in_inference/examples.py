@@ -104,6 +104,10 @@ VALID = [
     "import torch\nimport copy\ndef _sample(G, z):\n    return G(z.cuda())\n"
     "def compute(opts):\n    G = copy.deepcopy(opts.G).eval().requires_grad_(False).cuda()\n"
     "    return [_sample(G, torch.randn(1, 512)) for _ in range(8)]",
+    # a wrapper only handed to the ONNX exporter: it runs once, to be traced
+    "import torch\ndef export(model, path):\n    model.eval()\n"
+    "    x = torch.randn(1, 16).cuda()\n    def forward_for_export(x):\n"
+    "        return model(x)[0]\n    torch.onnx.export(forward_for_export, x, path)",
     # a volatile Variable fed only to forwards under no_grad: it changes nothing
     "import torch\nfrom torch.autograd import Variable\ndef test(model, x):\n"
     "    model.eval()\n    v = Variable(x.cuda(), volatile=True)\n"

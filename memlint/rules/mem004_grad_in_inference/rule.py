@@ -301,6 +301,8 @@ class GradInInference(Rule):
         info = self.index.info(unit.node)
         if info is None:
             return False
+        if self.index.only_traced(info):
+            return True  # a wrapper handed to `torch.onnx.export`: one forward, to trace it
         if not unit.forward_after_eval and (
                 part_of_training(info, self.index, self.flows)
                 or self.forwards.is_model_method(unit, self.grad_users)):
