@@ -80,9 +80,8 @@ GRAD_MODE_SETTERS: frozenset[str] = frozenset({
 #: torch.compile(self.step)`): it runs where the result is called, not there
 COMPILERS: frozenset[str] = frozenset({"torch.compile", "torch.jit.script"})
 #: run the function they are handed once, on an example input, to record its operators
-TRACERS: frozenset[str] = frozenset({"torch.onnx.export", "torch.onnx.dynamo_export",
-                                     "torch.jit.trace", "torch.jit.trace_module",
-                                     "torch.export.export"})
+TRACERS: frozenset[str] = frozenset({"torch.onnx.export", "torch.jit.trace",
+                                     "torch.jit.trace_module", "torch.export.export"})
 
 # -- autograd -----------------------------------------------------------------------------
 
