@@ -393,6 +393,24 @@ def test_a_package_saver_that_nests_cpu_state_dicts(tmp_path, extra, reported):
     assert codes(tmp_path) == ([("test.py", 4, "MEM007")] if reported else [])
 
 
+@pytest.mark.parametrize("checkpoint, reported", [
+    # YOLOv7's checkpoint: the model itself beside the optimizer's state
+    ("{'epoch': epoch, 'model': deepcopy(model).half(), 'optimizer': optimizer.state_dict()}",
+     True),
+    ("{'epoch': epoch, 'optimizer': optimizer.state_dict()}", False),  # bookkeeping only
+])
+def test_a_checkpoint_with_an_optimizer_may_hold_the_model_too(tmp_path, checkpoint, reported):
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom copy import deepcopy\n"
+        "def save(model, optimizer, epoch):\n"
+        "    torch.save(model.cpu().state_dict(), 'weights.pt')\n"
+        f"    torch.save({checkpoint}, 'last.pt')\n")
+    (tmp_path / "test.py").write_text(
+        "import torch\nimport train\nnet = Net().cuda()\n"
+        "net.load_state_dict(torch.load(args.weights))\n")
+    assert codes(tmp_path) == ([("test.py", 4, "MEM007")] if reported else [])
+
+
 def test_a_converter_without_cuda_saves_cpu_weights_unless_it_re_saves_a_load(tmp_path):
     """A conversion script that never mentions CUDA saves what it built on the
     CPU; one that loads a checkpoint and saves it again passes its devices on

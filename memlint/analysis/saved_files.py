@@ -115,13 +115,26 @@ def holds_other_than_weights(saved: cst.BaseExpression, ctx: Context) -> bool:
         return all(_made_by_numpy_or_settings(arg.value, ctx) for arg in value.args)
     if not isinstance(value, cst.Dict):
         return False
-    keys = [string_value(e.key) or "" for e in value.elements if isinstance(e, cst.DictElement)]
-    weights = [call for call in calls_in(value) if isinstance(call.func, cst.Attribute)
-               and call.func.attr.value == "state_dict" and not holds_optimizer_state(call)]
-    return (any(OPTIMIZER_NAME.search(key) for key in keys) and not weights) or bool(
-        value.elements) and all(
-        isinstance(e, cst.DictElement) and _made_by_numpy_or_settings(e.value, ctx)
-        for e in value.elements)
+    entries = [(string_value(e.key) or "", e.value) for e in value.elements
+               if isinstance(e, cst.DictElement)]
+    if len(entries) != len(value.elements) or not entries:
+        return False
+    optimizers = [key for key, _ in entries if OPTIMIZER_NAME.search(key)]
+    # training state: the optimizers' entries and plain bookkeeping (`epoch`),
+    # nothing a module could be made of (`deepcopy(model).half()`, `net.state_dict()`)
+    bookkeeping = all(OPTIMIZER_NAME.search(key) or "scheduler" in key.lower()
+                      or _plain(entry, ctx) for key, entry in entries)
+    return (bool(optimizers) and bookkeeping) or all(
+        _made_by_numpy_or_settings(entry, ctx) for _, entry in entries)
+
+
+def _plain(value: cst.BaseExpression, ctx: Context) -> bool:
+    """A literal, an empty container, or a name not bound to a call here."""
+    if isinstance(value, (cst.SimpleString, cst.Integer, cst.Float, cst.Name)) \
+            and not isinstance(ctx.binding(value.value) if isinstance(value, cst.Name)
+                               else None, cst.Call):
+        return True
+    return isinstance(value, (cst.List, cst.Dict, cst.Tuple)) and not value.elements
 
 
 def _made_by_numpy_or_settings(value: cst.BaseExpression, ctx: Context) -> bool:

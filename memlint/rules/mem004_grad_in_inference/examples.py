@@ -154,6 +154,9 @@ INVALID = [
     "import torch\nimport copy\ndef _sample(G, z):\n    return G(z.cuda())\n"
     "def compute(opts):\n    G = copy.deepcopy(opts.G).eval().cuda()\n"
     "    return [_sample(G, torch.randn(1, 512)) for _ in range(8)]",
+    # a discarded forward no other forward follows is the work (a profiled run)
+    "import torch\nfrom torch.profiler import profile\nmodel.eval()\n"
+    "with profile() as prof:\n    model(torch.randn(1, 4, 128, 128, 128).cuda())",
     # the twin: the loop after the warm-up runs with autograd on
     "import torch\ndef evaluate(model, loader):\n    model.eval()\n"
     "    model(torch.zeros(1, 3, 64, 64).cuda())\n"

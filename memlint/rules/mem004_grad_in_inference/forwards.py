@@ -56,6 +56,10 @@ class Unit:
     volatile_after_eval: bool = False
     volatile_names: set[str] = field(default_factory=set)  # names bound to a volatile Variable
     volatile_fed: bool = False  # one is fed to a model (a DQN's target forward in a training step)
+    #: a discarded forward outside any loop, as `_take_forward` takes it ...
+    warm_up: tuple[cst.Call, cst.CSTNode | None, str, bool, str | None] | None = None
+    #: ... and whether its model ran again after it (then it was a warm-up)
+    warmed_up: bool = False
     #: a model runs under no_grad after its volatile Variable (then, with no
     #: forward with grad on, the Variable changes nothing)
     guarded_forward: bool = False

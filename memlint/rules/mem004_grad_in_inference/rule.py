@@ -80,6 +80,7 @@ class GradInInference(Rule):
         self.units.append(unit)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._forward_or_warm_up()
         unit = self.units.pop()
         self.finished[node] = unit
         if unit.wants_grad:
@@ -152,6 +153,10 @@ class GradInInference(Rule):
         if self.index.grad_disabled and self.unit.volatile is not None \
                 and not self.unit.guarded_forward:
             self.unit.guarded_forward = self.forwards.called_module(node, self.unit) is not None
+        warm_up = self.unit.warm_up
+        if warm_up is not None and not self.unit.warmed_up \
+                and self.forwards.called_module(node, self.unit) == warm_up[2]:
+            self.unit.warmed_up = True  # the work the warm-up prepared follows
         if self.unit.forward is not None or self.index.grad_disabled:
             return
         if self.unit.any_forward is not None and not self.unit.evaluated \
@@ -163,24 +168,50 @@ class GradInInference(Rule):
                 or forwards.built_here_on_cpu(module, self.unit) \
                 or self.ctx.in_cpu_branch() or forwards.fed_host_tensor(node):
             return
+        inference = bool(self.unit.evaluated.get(module)) or self._inference_named()
         if self._discarded_once():
-            return  # a warm-up: its graph is freed as the statement ends; later forwards decide
+            # a warm-up, if the model runs again: its graph is freed as the
+            # statement ends, and the forwards after it decide
+            if inference and self.unit.warm_up is None:
+                self.unit.warm_up = (node, self.statement(), module,
+                                     bool(self.unit.evaluated.get(module)),
+                                     self.forwards.built_from(module))
+            return
         if self.unit.any_forward is None:
             self.unit.any_forward = (node, module)
-        if self.unit.evaluated.get(module) or self._inference_named():
-            self.unit.forward = (node, self.statement(), module)
-            self.unit.forward_after_eval = bool(self.unit.evaluated.get(module))
-            self.unit.forward_class = self.forwards.built_from(module)
-            if self.unit.node is None:
-                # at the top level only a backward that follows counts (a script
-                # that trains, then predicts)
-                self.unit.wants_grad = False
-                self.pending.append(self.unit)
+        if inference:
+            self._take_forward(node, self.statement(), module,
+                               bool(self.unit.evaluated.get(module)),
+                               self.forwards.built_from(module))
+
+    def _take_forward(self, node: cst.Call, statement: cst.CSTNode | None, module: str,
+                      after_eval: bool, built_from: str | None) -> None:
+        """The unit's forward to judge: its first unguarded one, or a discarded
+        one that no forward of its model follows (a profiled or timed run)."""
+        unit = self.unit
+        unit.forward = (node, statement, module)
+        unit.forward_after_eval, unit.forward_class = after_eval, built_from
+        if unit.node is None:
+            # at the top level only a backward that follows counts (a script
+            # that trains, then predicts)
+            unit.wants_grad = False
+            self.pending.append(unit)
+
+    def _forward_or_warm_up(self) -> None:
+        """At the end of a unit: a discarded forward nothing followed was the
+        work, unless the unit builds an object (`__init__`: a warm-up, or lazy
+        shapes, for the methods that run the model later)."""
+        unit = self.unit
+        building = unit.node is not None and unit.node.name.value == "__init__"
+        if unit.forward is None and unit.warm_up is not None and not unit.warmed_up \
+                and not building:
+            self._take_forward(*unit.warm_up)
 
     def _discarded_once(self) -> bool:
         """`model(torch.zeros(1, 3, h, w))` as a statement of its own (or bound
-        to `_`) outside any loop: a warm-up or a trace, whose graph nothing
-        keeps; its cost is one forward's transient peak, not what the rule says."""
+        to `_`) outside any loop: nothing keeps its graph; before more
+        forwards of the model, a warm-up whose cost is one forward's transient
+        peak, not what the rule says."""
         parent = self.ctx.parent
         if isinstance(parent, cst.Assign):
             discarded = all(isinstance(t.target, cst.Name) and t.target.value == "_"
@@ -207,6 +238,7 @@ class GradInInference(Rule):
     def finish(self) -> None:
         if not any(self.ctx.names.imports(root) for root in TORCH_ROOTS):
             return  # mxnet / TensorFlow / JAX code records no graph outside its tapes
+        self._forward_or_warm_up()  # the top level's
         reported: set[int] = set()
         for unit in self.pending:
             assert unit.forward is not None  # what made the unit pending
