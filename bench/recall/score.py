@@ -100,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     codes = _default_codes()
     default = [c for c in done if c["label"] == "POSITIVE" and c["code"] in codes]
     print(f"Of the default set alone: {sum(c['by_default'] for c in default)} of "
-          f"{len(default)} true cases of its rules found.")
+          f"{len(default)} true cases of its rules found "
+          f"({sum(c['by_default'] for c in default)} of "
+          f"{sum(c['label'] == 'POSITIVE' for c in done)} of every rule's).")
+    for code in sorted(codes & {c["code"] for c in default}):
+        of_rule = [c for c in default if c["code"] == code]
+        print(f"  {code}: {sum(c['by_default'] for c in of_rule)} of {len(of_rule)} by default")
     return 0
 
 
