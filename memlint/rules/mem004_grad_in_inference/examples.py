@@ -38,6 +38,10 @@ VALID = [
     # MXNet records no graph outside autograd.record()
     "from mxnet import autograd, gluon\ndef evaluate_loss(net, data):\n"
     "    return [net(x) for x in data]",
+    # a Gluon script that takes torchvision's transforms only
+    "import mxnet as mx\nfrom torchvision.transforms import transforms\n"
+    "def evaluate(net, val_data, ctx):\n    net.eval()\n"
+    "    return [net(x.as_in_context(ctx)) for x in val_data]",
     # a method about a model, not a model
     "import torch\ndef predict(self, source):\n"
     "    self.predictor.setup_model(model=self.model)",

@@ -236,8 +236,12 @@ class GradInInference(Rule):
                     statement, UnlessProjectOnCpu.here(self.ctx))
 
     def finish(self) -> None:
-        if not any(self.ctx.names.imports(root) for root in TORCH_ROOTS):
-            return  # mxnet / TensorFlow / JAX code records no graph outside its tapes
+        names = self.ctx.names
+        if not any(names.imports(root) for root in TORCH_ROOTS) \
+                or (names.imports("mxnet") and not names.imports("torch")):
+            # mxnet / TensorFlow / JAX code records no graph outside its tapes
+            # (a Gluon script may take torchvision's transforms: no torch model)
+            return
         self._forward_or_warm_up()  # the top level's
         reported: set[int] = set()
         for unit in self.pending:
