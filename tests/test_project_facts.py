@@ -105,6 +105,34 @@ def test_a_relative_import_names_the_function_it_imports(tmp_path, importing, ca
     assert codes(tmp_path) == ([("utils.py", 4, "MEM004")] if reported else [])
 
 
+@pytest.mark.parametrize("guarded, reported", [(True, False), (False, True)])
+@pytest.mark.parametrize("handed", [
+    "    func = lambda **x: model(mode='test', **x)\n"
+    "    return forward_collect(func, loader)\n",
+    "    return forward_collect(lambda **x: model(mode='test', **x), loader)\n",
+])
+def test_a_forward_in_a_lambda_runs_in_the_grad_mode_of_the_helper_it_is_handed_to(
+        tmp_path, handed, guarded, reported):
+    """DenseCL (OpenSelfSup): `single_gpu_test` hands its forward, written as
+    a lambda, to `nondist_forward_collect` of `openselfsup/utils/collect.py`
+    (re-exported by the package), which calls it under `torch.no_grad()`."""
+    package = tmp_path / "selfsup" / "utils"
+    package.mkdir(parents=True)
+    (tmp_path / "selfsup" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("from .collect import forward_collect\n")
+    call = "            out = func(**data)\n" if not guarded else \
+        "            with torch.no_grad():\n                out = func(**data)\n"
+    (package / "collect.py").write_text(
+        "import torch\ndef forward_collect(func, loader):\n    results = []\n"
+        f"    for data in loader:\n        if data:\n{call}"
+        "            results.append(out)\n    return results\n")
+    (tmp_path / "test.py").write_text(
+        "import torch\nfrom selfsup.utils import forward_collect\n"
+        "def single_gpu_test(model, loader):\n    model.cuda()\n    model.eval()\n" + handed)
+    found = [c for c in codes(tmp_path) if c[2] == "MEM004"]
+    assert bool(found) == reported, found
+
+
 def test_checked_alone_the_helper_is_judged_on_what_its_file_shows():
     assert [f.code for f in check_source(EVALUATE, "utils.py")] == ["MEM004"]
 

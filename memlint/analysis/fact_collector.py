@@ -33,6 +33,9 @@ class FactCollector:
         self._class_calls: list[dict[str, set[str]]] = []
         #: what forwards' returned tuples hold (`forward_elements`)
         self._values: AutogradValues | None = None
+        #: per function being walked: a top-level one's parameters (None for
+        #: any other) and, by position, the grad mode of each call of one
+        self._callbacks: list[tuple[list[str] | None, dict[int, list[bool]]]] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if any(is_media_dataset(self.ctx.qualify(base.value)) for base in node.bases):
@@ -54,6 +57,9 @@ class FactCollector:
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._functions.append(([], [False]))
+        top_level = self.ctx.class_def is None and not self._callbacks
+        self._callbacks.append(
+            ([p.name.value for p in node.params.params] if top_level else None, {}))
         class_def = self.ctx.class_def
         if node.name.value == "forward" and class_def is not None and any(
                 self.ctx.decorator_grad_mode(d.decorator) is False for d in node.decorators):
@@ -88,6 +94,10 @@ class FactCollector:
                 self._relative[local] = f"{package}.{name}" if node.module else package + name
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        parameters, called = self._callbacks.pop()
+        if parameters is not None and called:
+            self.facts.callbacks_run_grad_off[node.name.value] = frozenset(
+                position for position, modes in called.items() if all(modes))
         methods, trains = self._functions.pop()
         calls = self.facts.method_calls
         for method, grad_off in methods:
@@ -102,6 +112,11 @@ class FactCollector:
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute):
             self._note_method_call(node.func.attr.value)
+        elif type(node.func) is cst.Name and self._callbacks:
+            parameters, called = self._callbacks[-1]
+            if parameters is not None and node.func.value in parameters:
+                called.setdefault(parameters.index(node.func.value), []).append(
+                    self.ctx.grad_disabled)
         class_def = self.ctx.class_def
         if class_def is not None and decodes_media(self.ctx.qualify(node.func)):
             self.facts.media_classes.add(class_def.name.value)

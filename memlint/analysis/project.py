@@ -137,6 +137,10 @@ class ModuleFacts:
     #: or keyword) handed a tensor with autograd history, each with the call
     #: as written (MEM003: `tracker.update(loss)` after `loss.backward()`)
     history_passed: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: top-level functions that call a parameter they are handed (a callback),
+    #: by name, with the positions of those they call only with grad disabled
+    #: (`with torch.no_grad(): result = func(**data)`)
+    callbacks_run_grad_off: dict[str, frozenset[int]] = field(default_factory=dict)
     #: the functions it defines at top level, by name (read from its text, so
     #: that a file no rule parses still answers "does it define this helper")
     defines: frozenset[str] = frozenset()
@@ -447,6 +451,21 @@ class UnlessForwardsGiveNoHistoryAt(Condition):
 
 
 @dataclass(frozen=True)
+class UnlessCalleesRunItGradOff(Condition):
+    """A forward written in a lambda that its file only hands to functions of
+    other modules (`nondist_forward_collect(func, data_loader, n)`): dropped
+    when the project defines each so that it calls what it is handed there
+    only with grad disabled."""
+
+    #: (the function as imported, the position it is handed the lambda at)
+    callees: tuple[tuple[str, int], ...]
+
+    def drops(self, project: Project) -> bool:
+        return all(project.runs_callback_grad_off(callee, position)
+                   for callee, position in self.callees)
+
+
+@dataclass(frozen=True)
 class UnlessCallersDisableGrad(Condition):
     """An inference function with no caller in its own file: dropped when the
     project calls it, and every such call runs with grad disabled. With
@@ -721,6 +740,18 @@ class Project:
                     if name in facts.parameter_flows and slot < len(facts.parameter_flows[name])
                     and _same_module(owner.lstrip(".").split("."), facts.module.split("."))}
         return verdicts.pop() if len(verdicts) == 1 else "unknown"
+
+    def runs_callback_grad_off(self, callee: str, position: int) -> bool:
+        """Whether the project's function `callee` (as imported: `pkg.utils.f`,
+        also re-exported by the package `pkg.utils`) calls what it is handed
+        at `position` only with grad disabled."""
+        owner, _, name = callee.rpartition(".")
+        named = owner.lstrip(".").split(".")
+        verdicts = {position in facts.callbacks_run_grad_off[name] for facts in self.modules
+                    if name in facts.callbacks_run_grad_off and owner and (
+                        _same_module(named, facts.module.split("."))
+                        or _same_module(named, facts.module.split(".")[:-1]))}
+        return verdicts == {True}
 
     def importers_of(self, module: str) -> list[ModuleFacts]:
         """The checked modules whose imports name `module`."""

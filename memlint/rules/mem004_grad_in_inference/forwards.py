@@ -60,8 +60,9 @@ class Unit:
     warm_up: tuple[cst.Call, cst.CSTNode | None, str, bool, str | None] | None = None
     #: ... and whether its model ran again after it (then it was a warm-up)
     warmed_up: bool = False
-    #: a model runs under no_grad after its volatile Variable (then, with no
-    #: forward with grad on, the Variable changes nothing)
+    #: the lambda its forward is written in, with the two nodes above it
+    forward_lambda: tuple[cst.Lambda, cst.CSTNode, cst.CSTNode] | None = None
+    #: a model runs under no_grad after its volatile Variable (then, alone, it changes nothing)
     guarded_forward: bool = False
     wants_grad: bool = False
     #: the first unguarded forward ran after a `.eval()` of its model

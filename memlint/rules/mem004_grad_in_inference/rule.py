@@ -9,7 +9,9 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
-from memlint.analysis.project import (Either, UnlessForwardDisablesGrad, UnlessForwardNeedsGrad,
+from memlint.analysis.saved_files import calls_in
+from memlint.analysis.project import (Either, UnlessCalleesRunItGradOff,
+                                      UnlessForwardDisablesGrad, UnlessForwardNeedsGrad,
                                       UnlessProjectOnCpu)
 from memlint.analysis.torch_api import GRAD_USERS, VARIABLE
 from memlint.rules.base import Rule, RuleOptions
@@ -183,6 +185,44 @@ class GradInInference(Rule):
             self._take_forward(node, self.statement(), module,
                                bool(self.unit.evaluated.get(module)),
                                self.forwards.built_from(module))
+            self.unit.forward_lambda = self._enclosing_lambda()
+
+    def _enclosing_lambda(self) -> tuple[cst.Lambda, cst.CSTNode, cst.CSTNode] | None:
+        ancestors = self.ctx.ancestors
+        for i in range(len(ancestors) - 1, 1, -1):
+            if type(ancestors[i]) is cst.FunctionDef:
+                return None
+            if type(ancestors[i]) is cst.Lambda:
+                return ancestors[i], ancestors[i - 1], ancestors[i - 2]  # type: ignore[return-value]
+        return None
+
+    def _lambda_handed_to(self, unit: Unit) -> tuple[tuple[str, int], ...]:
+        """Where the lambda a forward is written in goes, when only to
+        functions of other modules (`func = lambda **x: model(**x)`, then
+        `nondist_forward_collect(func, loader, n)`): each, as imported, with
+        the position it is handed it at. Empty when it may run anywhere else."""
+        if unit.forward_lambda is None or unit.node is None:
+            return ()
+        lambda_node, parent, above = unit.forward_lambda
+        if isinstance(parent, cst.Arg) and isinstance(above, cst.Call):
+            sites = [(above, parent)]
+        elif isinstance(parent, cst.Assign) and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0].target, cst.Name):
+            name = parent.targets[0].target.value
+            calls = calls_in(unit.node)
+            if any(dotted_name(call.func) == name for call in calls):
+                return ()  # the function calls it itself
+            sites = [(call, arg) for call in calls for arg in call.args
+                     if isinstance(arg.value, cst.Name) and arg.value.value == name]
+        else:
+            return ()
+        handed = []
+        for call, arg in sites:
+            callee = self.ctx.names.qualify_name(dotted_name(call.func) or "")
+            if callee is None or arg.keyword is not None or arg.star:
+                return ()
+            handed.append((callee, call.args.index(arg)))
+        return tuple(handed)
 
     def _take_forward(self, node: cst.Call, statement: cst.CSTNode | None, module: str,
                       after_eval: bool, built_from: str | None) -> None:
@@ -261,6 +301,9 @@ class GradInInference(Rule):
                 # a class of another file, whose forward may disable grad itself
                 unless = Either((unless, UnlessForwardDisablesGrad(unit.forward_class)))
             unless = Either((unless, UnlessForwardNeedsGrad(self.facts.module, unit.forward_class)))
+            handed = self._lambda_handed_to(unit)
+            if handed:
+                unless = Either((unless, UnlessCalleesRunItGradOff(handed)))
             if unit.node is None:
                 where = f"after {module}.eval()"
             elif unit.forward_after_eval:
