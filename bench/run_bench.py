@@ -151,6 +151,37 @@ def time_per_file(files: list[str], settings: Settings) -> list[dict]:
     return rows
 
 
+def floor_cpu(files: list[str]) -> float:
+    """The libcst parse floor of every file, in CPU seconds, parsed here as
+    `time_per_file` does (the cyclic GC paused as memlint pauses it)."""
+    cpu = time.process_time()
+    for path in files:
+        with open(path, "rb") as handle:
+            source = handle.read().decode("utf-8")
+        gc.disable()
+        try:
+            libcst.parse_module(source)
+        finally:
+            gc.enable()
+    return time.process_time() - cpu
+
+
+def paired_cli_ratios(files: list[str], root: str, pairs: int) -> list[float]:
+    """`check -j1` over the parse floor, each CLI run next to a floor run
+    (alternating which goes first), so that a machine that speeds up or slows
+    down between columns (a shared one does) moves both sides of a ratio."""
+    ratios = []
+    for i in range(pairs):
+        if i % 2:
+            cli = time_command(memlint_command(1, root))[1]
+            floor = floor_cpu(files)
+        else:
+            floor = floor_cpu(files)
+            cli = time_command(memlint_command(1, root))[1]
+        ratios.append(cli / floor)
+    return ratios
+
+
 #: Commands run as an installed tool runs: with its bytecode compiled and kept
 #: (a shell with PYTHONDONTWRITEBYTECODE would make every memlint process
 #: compile memlint from source, which no user's install does)
@@ -350,6 +381,9 @@ def main() -> int:
     parser.add_argument("--skip-torchfix", action="store_true")
     parser.add_argument("--torchfix-j1", action="store_true",
                         help="also time TorchFix on one process (slow)")
+    parser.add_argument("--pairs", type=int, default=3, metavar="N",
+                        help="also time check -j1 N more times, each beside a parse floor "
+                             "run, and report the median ratio (default 3; 0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile check -j1 and print where the time goes")
     args = parser.parse_args()
@@ -402,10 +436,17 @@ def main() -> int:
             torchfix_notes.append(f"{label}: {checked.lower()} (exit {done.returncode})")
             columns.append((label, wall, cpu))
             print(f"timed {label}", flush=True)
+    paired = paired_cli_ratios(files, root, args.pairs)
+    if paired:
+        print("timed check -j1 beside the floor", flush=True)
     load_after = os.getloadavg()
 
     report = describe(args, wheel, files, root, rows, columns, (startup_cpu, libcst_cpu),
                       torchfix_notes, (load_before[0], load_after[0]))
+    if paired:
+        report += (f"\n- check -j1 (CLI) over the parse floor, {len(paired)} runs each beside a "
+                   f"floor run (CPU): median {statistics.median(paired):.2f}×, "
+                   f"{min(paired):.2f}-{max(paired):.2f}×")
     print("\n" + report)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (CACHE / f"results-{stamp}.json").write_text(json.dumps(
