@@ -97,7 +97,13 @@ def holds_optimizer_state(node: cst.BaseExpression) -> bool:
     while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
         node = node.func.value
     name = dotted_name(node)
-    return name is not None and (bool(OPTIMIZER_NAME.search(name)) or "scheduler" in name.lower())
+    return name is not None and names_optimizer_state(name)
+
+
+def names_optimizer_state(name: str) -> bool:
+    """A name or key an optimizer's or a scheduler's state goes by
+    (`optimizer`, `G_optim`, `lr_scheduler`, `"optimizers"`)."""
+    return bool(OPTIMIZER_NAME.search(name)) or "scheduler" in name.lower()
 
 
 def holds_other_than_weights(saved: cst.BaseExpression, ctx: Context) -> bool:
@@ -122,8 +128,7 @@ def holds_other_than_weights(saved: cst.BaseExpression, ctx: Context) -> bool:
     optimizers = [key for key, _ in entries if OPTIMIZER_NAME.search(key)]
     # training state: the optimizers' entries and plain bookkeeping (`epoch`),
     # nothing a module could be made of (`deepcopy(model).half()`, `net.state_dict()`)
-    bookkeeping = all(OPTIMIZER_NAME.search(key) or "scheduler" in key.lower()
-                      or _plain(entry, ctx) for key, entry in entries)
+    bookkeeping = all(names_optimizer_state(key) or _plain(entry, ctx) for key, entry in entries)
     return (bool(optimizers) and bookkeeping) or all(
         _made_by_numpy_or_settings(entry, ctx) for _, entry in entries)
 
@@ -141,10 +146,11 @@ def _made_by_numpy_or_settings(value: cst.BaseExpression, ctx: Context) -> bool:
     """A literal, a setting (`args.size`, `opt["name"]`), or a NumPy result."""
     if isinstance(value, (cst.SimpleString, cst.Integer, cst.Float, cst.FormattedString)):
         return True
+    setting = dotted_name(value.value if isinstance(value, cst.Subscript) else value)
+    if setting is not None and (setting.split(".")[0] in _ARGUMENTS
+                                or setting.rsplit(".", 1)[-1] in _ARGUMENTS):
+        return True  # `args.size`, `opt["name"]`, `self.opt`
     name = dotted_name(value)
-    setting = value.value if isinstance(value, cst.Subscript) else value
-    if holds_arguments(setting) or (dotted_name(setting) or ".").split(".")[0] in _ARGUMENTS:
-        return True
     made = ctx.binding(name) if name is not None else value
     return isinstance(made, cst.Call) and (ctx.qualify(made.func) or "").startswith("numpy.")
 

@@ -55,6 +55,8 @@ class GradInInference(Rule):
         self.finished: dict[cst.CSTNode, Unit] = {}  # every function's unit, by its node
         self.module: cst.Module | None = None
         self._flows: BackwardFlows | None = None
+        #: the call last asked which module it runs, and the answer
+        self._asked: tuple[cst.Call | None, str | None] = (None, None)
 
     @property
     def unit(self) -> Unit:
@@ -150,42 +152,48 @@ class GradInInference(Rule):
                 self.forwards.placed.add(name)
         if self.unit.volatile_names and not self.unit.volatile_fed and any(
                 dotted_name(a.value) in self.unit.volatile_names for a in node.args) \
-                and self.forwards.called_module(node, self.unit) is not None:
+                and self._module_run_by(node) is not None:
             self.unit.volatile_fed = True
         if self.index.grad_disabled and self.unit.volatile is not None \
                 and not self.unit.guarded_forward:
-            self.unit.guarded_forward = self.forwards.called_module(node, self.unit) is not None
+            self.unit.guarded_forward = self._module_run_by(node) is not None
         warm_up = self.unit.warm_up
         if warm_up is not None and not self.unit.warmed_up \
-                and self.forwards.called_module(node, self.unit) == warm_up[2]:
+                and self._module_run_by(node) == warm_up[2]:
             self.unit.warmed_up = True  # the work the warm-up prepared follows
         if self.unit.forward is not None or self.index.grad_disabled:
             return
         if self.unit.any_forward is not None and not self.unit.evaluated \
                 and not self._inference_named():
             return  # nothing left to learn here: its first forward is known, none can be inference
-        module = self.forwards.called_module(node, self.unit)
+        module = self._module_run_by(node)
         forwards = self.forwards
         if module is None or forwards.in_signature() \
                 or forwards.built_here_on_cpu(module, self.unit) \
                 or self.ctx.in_cpu_branch() or forwards.fed_host_tensor(node):
             return
-        inference = bool(self.unit.evaluated.get(module)) or self._inference_named()
+        after_eval = bool(self.unit.evaluated.get(module))
+        inference = after_eval or self._inference_named()
         if self._discarded_once():
             # a warm-up, if the model runs again: its graph is freed as the
             # statement ends, and the forwards after it decide
             if inference and self.unit.warm_up is None:
-                self.unit.warm_up = (node, self.statement(), module,
-                                     bool(self.unit.evaluated.get(module)),
+                self.unit.warm_up = (node, self.statement(), module, after_eval,
                                      self.forwards.built_from(module))
             return
         if self.unit.any_forward is None:
             self.unit.any_forward = (node, module)
         if inference:
-            self._take_forward(node, self.statement(), module,
-                               bool(self.unit.evaluated.get(module)),
+            self._take_forward(node, self.statement(), module, after_eval,
                                self.forwards.built_from(module))
             self.unit.forward_lambda = self._enclosing_lambda()
+
+    def _module_run_by(self, node: cst.Call) -> str | None:
+        """`Forwards.called_module` of `node`, worked out once however many
+        checks of the same visit ask it."""
+        if self._asked[0] is not node:
+            self._asked = (node, self.forwards.called_module(node, self.unit))
+        return self._asked[1]
 
     def _enclosing_lambda(self) -> tuple[cst.Lambda, cst.CSTNode, cst.CSTNode] | None:
         ancestors = self.ctx.ancestors
