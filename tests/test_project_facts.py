@@ -777,3 +777,46 @@ def test_a_path_rebound_without_a_file_name_keeps_the_name_it_had(tmp_path):
     assert codes(tmp_path) == []
     (tmp_path / "test.py").write_text(test.replace("best_model.pth", "other.pth"))
     assert codes(tmp_path) == [("test.py", 8, "MEM007")]
+
+
+@pytest.mark.parametrize("snapshot, reported", [
+    ("module = copy.deepcopy(module).eval().requires_grad_(False).cpu()", False),
+    ("module = copy.deepcopy(module).eval().requires_grad_(True).cpu()", True),
+    ("module = copy.deepcopy(module).train().cpu()", True),
+    ("pass", True),  # what is pickled cannot be told: the load may hold anything
+])
+def test_a_model_unpickled_from_the_projects_frozen_snapshots_records_no_graph(
+        tmp_path, snapshot, reported):
+    """StyleGAN2-ADA and its many forks: the training loop pickles frozen
+    copies of its networks; `generate.py` unpickles `G_ema` through
+    `legacy.load_network_pkl` (an `Unpickler` subclass) and runs it."""
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "__init__.py").write_text("")
+    (tmp_path / "training" / "loop.py").write_text(
+        "import copy, pickle, torch\n"
+        "def training_loop(G, D, G_ema, path):\n"
+        "    G.cuda()\n"
+        "    snapshot_data = dict(settings=dict(lr=0.1))\n"
+        "    for name, module in [('G', G), ('D', D), ('G_ema', G_ema)]:\n"
+        f"        {snapshot}\n"
+        "        snapshot_data[name] = module\n"
+        "    with open(path, 'wb') as f:\n"
+        "        pickle.dump(snapshot_data, f)\n")
+    (tmp_path / "legacy.py").write_text(
+        "import pickle\n"
+        "def load_network_pkl(f):\n"
+        "    data = _LegacyUnpickler(f).load()\n"
+        "    return data\n"
+        "class _LegacyUnpickler(pickle.Unpickler):\n"
+        "    pass\n")
+    (tmp_path / "generate.py").write_text(
+        "import torch\nimport legacy\nimport training.loop\n"
+        "def generate_images(network_pkl, seeds):\n"
+        "    device = torch.device('cuda')\n"
+        "    with open(network_pkl, 'rb') as f:\n"
+        "        G = legacy.load_network_pkl(f)['G_ema'].to(device)\n"
+        "    G.eval()\n"
+        "    for seed in seeds:\n"
+        "        img = G(torch.randn(1, 512, device=device))\n")
+    found = [c for c in codes(tmp_path) if c[2] == "MEM004"]
+    assert found == ([("generate.py", 10, "MEM004")] if reported else []), found

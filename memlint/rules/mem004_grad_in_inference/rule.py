@@ -9,6 +9,7 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
+from memlint.analysis.pickled_modules import UnlessUnpickledFrozen, unpickling_loader
 from memlint.analysis.saved_files import calls_in
 from memlint.analysis.project import (Either, UnlessCalleesRunItGradOff,
                                       UnlessForwardDisablesGrad, UnlessForwardNeedsGrad,
@@ -32,12 +33,10 @@ class GradInInference(Rule):
     training step, and outputs kept for metrics hold their whole graphs.
 
     Left alone: functions that call `backward()` or `torch.autograd.grad`
-    (Grad-CAM, adversarial examples), functions whose every call in this module
-    already runs under no_grad, Lightning's `validation_step`/`test_step`/
-    `predict_step` (Lightning disables grad itself), and `test_*` functions of
-    test files, a warm-up forward whose output nothing keeps (a statement of its
-    own, outside any loop: the forwards after it decide). Reported once per
-    function, on its first such forward call."""
+    (Grad-CAM, adversarial examples) or whose every caller disables grad,
+    Lightning's `*_step` hooks, `test_*` functions of test files, frozen or
+    unpickled-frozen models, and warm-ups (a discarded forward outside any
+    loop: the forwards after it decide). Reported once per function."""
 
     code = "MEM004"
 
@@ -57,6 +56,7 @@ class GradInInference(Rule):
         self._flows: BackwardFlows | None = None
         #: the call last asked which module it runs, and the answer
         self._asked: tuple[cst.Call | None, str | None] = (None, None)
+        self.unpickled: dict[cst.Call, str] = {}  # forward -> the import that unpickled its model
 
     @property
     def unit(self) -> Unit:
@@ -189,8 +189,7 @@ class GradInInference(Rule):
             self.unit.forward_lambda = self._enclosing_lambda()
 
     def _module_run_by(self, node: cst.Call) -> str | None:
-        """`Forwards.called_module` of `node`, worked out once however many
-        checks of the same visit ask it."""
+        """`Forwards.called_module` of `node`, worked out once per visit."""
         if self._asked[0] is not node:
             self._asked = (node, self.forwards.called_module(node, self.unit))
         return self._asked[1]
@@ -238,6 +237,10 @@ class GradInInference(Rule):
         one that no forward of its model follows (a profiled or timed run)."""
         unit = self.unit
         unit.forward = (node, statement, module)
+        site = self.ctx.binding_site(module)
+        built, _ = self.forwards.where_built(module, site.value if site else None, site)
+        if (loader := unpickling_loader(built, self.ctx)) is not None:
+            self.unpickled[node] = loader
         unit.forward_after_eval, unit.forward_class = after_eval, built_from
         if unit.node is None:
             # at the top level only a backward that follows counts (a script
@@ -276,8 +279,7 @@ class GradInInference(Rule):
         return unit.inference_named
 
     def _report_volatile(self, node: cst.Call, statement: cst.CSTNode | None) -> None:
-        """One finding per function, where its first `volatile=True` is; a
-        function whose unguarded forward is reported is reported there instead."""
+        """Once per function, at its first `volatile=True` (or its forward's finding)."""
         self.report(node, "Variable(..., volatile=True) has done nothing since PyTorch 0.4: "
                           "autograd still records the forward and keeps its activations; "
                           "wrap the inference in `with torch.no_grad():` and drop Variable",
@@ -298,9 +300,8 @@ class GradInInference(Rule):
             if (unit.wants_grad and not evaluates_after_training(unit)) \
                     or module in unit.frozen or self._frozen_by_every_caller(unit, module) \
                     or self._left_alone(unit, module) \
-                    or self.forwards.global_on_host(module):
-                continue
-            if self.index.forward_disables_grad(unit.forward_class):
+                    or self.forwards.global_on_host(module) \
+                    or self.index.forward_disables_grad(unit.forward_class):
                 continue
             reported.add(id(unit))
             info = self.index.info(unit.node) if unit.node is not None else None
@@ -309,8 +310,10 @@ class GradInInference(Rule):
                 # a class of another file, whose forward may disable grad itself
                 unless = Either((unless, UnlessForwardDisablesGrad(unit.forward_class)))
             unless = Either((unless, UnlessForwardNeedsGrad(self.facts.module, unit.forward_class)))
-            handed = self._lambda_handed_to(unit)
-            if handed:
+            if call in self.unpickled:
+                unless = Either((unless, UnlessUnpickledFrozen(self.facts.module,
+                                                               self.unpickled[call])))
+            if handed := self._lambda_handed_to(unit):
                 unless = Either((unless, UnlessCalleesRunItGradOff(handed)))
             if unit.node is None:
                 where = f"after {module}.eval()"
