@@ -112,6 +112,21 @@ def per_thousand_files(run_path: Path, work: Path) -> tuple[dict[str, float], in
     return {code: 1000 * n / files for code, n in findings.items()}, files, len(run)
 
 
+def kept_frequency(source: str) -> tuple[dict[str, float], str]:
+    """The frequencies measured.py has now, and `source` saying which corpus
+    run they came from (its own words, kept from the figures before)."""
+    sys.path.insert(0, str(ROOT))
+    from memlint.rules import measured
+
+    frequency = {code: figures.per_thousand_files
+                 for code, figures in measured.MEASURED.items()}
+    before = measured.SOURCE
+    start = before.index("frequency on the review corpus")
+    end = before.find(";", start)
+    kept = before[start:end if end >= 0 else len(before)]
+    return frequency, source + kept + " (kept: the corpus was not run again)"
+
+
 def figures_block(listings: tuple[str, ...], source: str,
                   counts: dict[str, collections.Counter], frequency: dict[str, float],
                   rule_listings: dict[str, tuple[str, ...]] | None = None) -> str:
@@ -164,8 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--judged-at", action="append", required=True, metavar="COMMIT",
                         help="the frozen commit each held-out listing was judged on, in the "
                              "order of --heldout")
-    parser.add_argument("--corpus-run", type=Path, required=True,
+    corpus = parser.add_mutually_exclusive_group(required=True)
+    corpus.add_argument("--corpus-run", type=Path,
                         help="bench/review/score.py --save of the whole corpus")
+    corpus.add_argument("--keep-frequency", action="store_true",
+                        help="keep the frequencies measured.py has (the corpus was not run "
+                             "again); the source says which run they came from")
     parser.add_argument("--work", type=Path, default=ROOT / ".review")
     parser.add_argument("--rule-heldout", action="append", default=[], metavar="CODE=GLOB",
                         help="count only this listing (one of --heldout's) for this rule "
@@ -186,12 +205,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--rule-heldout {item}: {pattern} is not one of the --heldout listings")
         rule_listings[code] = (*rule_listings.get(code, ()), pattern)
     counts = heldout_verdicts(listings, rule_listings)
-    frequency, files, repos = per_thousand_files(args.corpus_run, args.work)
     judged = len(heldout_repos(listings))
     source = (f"{judged} held-out repositories ({', '.join(listings)}) judged at "
-              f"{' and '.join(commit[:7] for commit in args.judged_at)}; frequency on the "
-              f"review corpus ({repos} repositories, "
-              f"{files} files), {datetime.date.today().isoformat()}")
+              f"{' and '.join(commit[:7] for commit in args.judged_at)}, "
+              f"{datetime.date.today().isoformat()}; ")
+    if args.keep_frequency:
+        frequency, source = kept_frequency(source)
+    else:
+        frequency, files, repos = per_thousand_files(args.corpus_run, args.work)
+        source += f"frequency on the review corpus ({repos} repositories, {files} files)"
     if rule_listings:
         source += "; " + ", ".join(f"{code} on {' and '.join(globs)} only"
                                    for code, globs in sorted(rule_listings.items()))
