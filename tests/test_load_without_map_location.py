@@ -26,6 +26,7 @@ FOLDER = FIXTURES / "load_without_map_location"
     ("rank_option_only_accepted.py", 16, "'checkpoint' keeps the checkpoint", "note", True),
     ("rank_option_read.py", 16, "every rank restores", "warning", False),
     ("keys_renamed_then_returned.py", 12, "in one process: a transient", "note", True),
+    ("helper_given_a_moved_model.py", 11, "in one process: a transient", "note", True),
 ])
 def test_the_message_and_severity_name_the_case(fixture, line, phrase, severity, preview):
     path = FOLDER / fixture

@@ -820,3 +820,51 @@ def test_a_model_unpickled_from_the_projects_frozen_snapshots_records_no_graph(
         "        img = G(torch.randn(1, 512, device=device))\n")
     found = [c for c in codes(tmp_path) if c[2] == "MEM004"]
     assert found == ([("generate.py", 10, "MEM004")] if reported else []), found
+
+
+@pytest.mark.parametrize("move, reported", [("_checkpoint_cpu.cpu()", False), ("pass", True)])
+def test_a_checkpoint_whose_path_is_built_at_run_time_is_paired_with_its_save(
+        tmp_path, move, reported):
+    """PyCIL: `memo.py` saves a `.cpu()` copy of the network to
+    `"{}_{}.pkl".format(f"checkpoints/finetune_{name}", task)`; `inc_net.py`
+    loads `f"checkpoints/finetune_{name}_0.pkl"` (bound in both branches of
+    an `if`, then edited with `.replace`): `finetune_*_0.pkl` can be one of
+    `finetune_*_*.pkl`, and not the GPU weights saved to `last.pth`."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "models" / "memo.py").write_text(
+        "import copy, torch\nfrom utils.inc_net import Net\nclass Memo:\n"
+        "    def train(self):\n        self._network = Net().cuda()\n"
+        "        torch.save(self._network.state_dict(), f\"{self.args['out']}/last.pth\")\n"
+        "    def save_checkpoint(self, test_acc):\n"
+        "        checkpoint_name = f\"checkpoints/finetune_{self.args['csv_name']}\"\n"
+        "        _checkpoint_cpu = copy.deepcopy(self._network)\n"
+        f"        {move}\n"
+        "        save_dict = {'tasks': self._cur_task, 'test_acc': test_acc,\n"
+        "                     'convnet': _checkpoint_cpu.convnet.state_dict()}\n"
+        "        torch.save(save_dict, '{}_{}.pkl'.format(checkpoint_name, self._cur_task))\n")
+    (tmp_path / "utils" / "inc_net.py").write_text(
+        "import torch\nclass Net(torch.nn.Module):\n"
+        "    def load_checkpoint(self, args):\n"
+        "        if args['init_cls'] == 50:\n"
+        "            checkpoint_name = f\"checkpoints/finetune_{args['dataset']}_0.pkl\"\n"
+        "        else:\n"
+        "            checkpoint_name = f\"checkpoints/finetune_{args['csv_name']}_0.pkl\"\n"
+        "        checkpoint_name = checkpoint_name.replace('memo_', '')\n"
+        "        model_infos = torch.load(checkpoint_name)\n"
+        "        self.convnet.load_state_dict(model_infos['convnet'])\n")
+    found = [c for c in codes(tmp_path) if c[2] == "MEM007"]
+    assert found == ([("inc_net.py", 9, "MEM007")] if reported else []), found
+
+
+@pytest.mark.parametrize("named, other, same", [
+    ("finetune_*_0.pkl", "finetune_*_*.pkl", True),
+    ("finetune_*_0.pkl", "best.pt", False),
+    ("model_*.pt", "model_final.pt", True),
+    ("model_*.pt", "model_final.pth", False),
+    ("*_best.pt", "ckpt_*", True),
+    ("best.pt", "best.pt", True),
+])
+def test_file_names_with_unknown_parts_name_the_same_file_only_where_they_can(named, other, same):
+    from memlint.analysis.file_names import same_file
+    assert same_file(named, other) is same and same_file(other, named) is same

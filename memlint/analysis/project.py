@@ -27,6 +27,7 @@ from typing import NamedTuple, Protocol
 
 from memlint.analysis.source_lines import LINE_BREAK
 from memlint.analysis.files import read_regular
+from memlint.analysis.file_names import same_file
 from memlint.analysis.torch_api import AUTOGRAD_GRAD
 from memlint.finding import Finding, Related
 
@@ -350,14 +351,16 @@ class UnlessNoCalleeCopiesToCuda(Condition):
 
 @dataclass(frozen=True)
 class UnlessSavedWithoutGpuTensors(Condition):
-    """A file loaded by a name written in its path (`training_args.bin`):
-    dropped when the project saves a file of that name, and every such save
-    holds no GPU tensors."""
+    """A file loaded by a name written in its path (`training_args.bin`, or
+    `finetune_*_0.pkl` for a path built at run time): dropped when the
+    project saves a file that name can be, and every such save holds no
+    GPU tensors."""
 
     file: str
 
     def drops(self, project: Project) -> bool:
-        verdicts = [facts.saves[self.file] for facts in project.modules if self.file in facts.saves]
+        verdicts = [cpu for facts in project.modules for name, cpu in facts.saves.items()
+                    if same_file(name, self.file)]
         return bool(verdicts) and all(verdicts)
 
 
@@ -371,7 +374,8 @@ class UnlessSavedWithoutOptimizer(Condition):
     file: str
 
     def drops(self, project: Project) -> bool:
-        return not any(self.file in facts.optimizer_saves for facts in project.modules)
+        return not any(same_file(name, self.file)
+                       for facts in project.modules for name in facts.optimizer_saves)
 
 
 @dataclass(frozen=True)

@@ -288,7 +288,72 @@ def file_named_in(node: cst.BaseExpression, ctx: Context) -> str | None:
         site = site.previous
     while site is not None and found is None:  # `p = p.replace("best", "last")`: the one before
         found, site = file_named(site.value), site.previous
-    return found
+    return found if found is not None else file_template(node, ctx)
+
+
+def file_template(node: cst.BaseExpression, ctx: Context) -> str | None:
+    """The file name a path built at run time spells, with `*` for what is
+    not known (`f"checkpoints/finetune_{name}_0.pkl"` -> `finetune_*_0.pkl`,
+    `"{}_{}.pkl".format(prefix, task)` with `prefix = f"ckpt/finetune_{n}"`
+    -> `finetune_*_*.pkl`); None unless it keeps a word of its own (`*_*.pkl`
+    could be any file)."""
+    name = _template(node, ctx).replace("\\", "/").rsplit("/", 1)[-1]
+    while "**" in name:
+        name = name.replace("**", "*")
+    stem = name.rsplit(".", 1)[0]
+    return name if "*" in name and "." in name and _WORD.search(stem) else None
+
+
+_WORD = re.compile(r"[A-Za-z0-9]{3,}")
+_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+def _template(node: cst.BaseExpression, ctx: Context,
+              expanding: tuple[cst.CSTNode, ...] = ()) -> str:
+    """What `node` spells, `*` where it is not known; `expanding`: the bound
+    values being looked into (`p = p.replace("memo_", "")` reads the `p` before)."""
+    if isinstance(node, cst.SimpleString):
+        text = string_value(node)
+        return "*" if text is None else text
+    if isinstance(node, cst.FormattedString):
+        return "".join(part.value if isinstance(part, cst.FormattedStringText) else "*"
+                       for part in node.parts)
+    if isinstance(node, cst.ConcatenatedString) or (
+            isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add)):
+        return _template(node.left, ctx, expanding) + _template(node.right, ctx, expanding)
+    if isinstance(node, cst.IfExp):  # also a name bound in both branches of an `if`
+        body, orelse = _template(node.body, ctx, expanding), _template(node.orelse, ctx, expanding)
+        return body if body == orelse else "*"
+    if len(expanding) > 4:
+        return "*"
+    if isinstance(node, cst.Call):
+        func = node.func
+        values = [_template(arg.value, ctx, expanding) for arg in node.args if arg.keyword is None]
+        if (dotted_name(func) or "").endswith("path.join"):
+            return "/".join(values)
+        if isinstance(func, cst.Attribute) and func.attr.value == "format":
+            return _formatted(_template(func.value, ctx, expanding), values)
+        if isinstance(func, cst.Attribute) and func.attr.value == "replace" and len(values) == 2 \
+                and "*" not in "".join(values):
+            return _template(func.value, ctx, expanding).replace(values[0], values[1])
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        value = _resolve_outside(node, ctx, expanding)
+        if value is not node:
+            return _template(value, ctx, (*expanding, value))
+    return "*"
+
+
+def _formatted(text: str, values: list[str]) -> str:
+    """`"{}_{}.pkl".format(a, b)` with what each argument spells put in."""
+    positional = iter(values)
+
+    def field(match: re.Match[str]) -> str:
+        key = re.split("[:!]", match.group(1), maxsplit=1)[0]
+        if not key:
+            return next(positional, "*")
+        return values[int(key)] if key.isdigit() and int(key) < len(values) else "*"
+
+    return _FIELD.sub(field, text)
 
 
 def holds_an_optimizer(saved: cst.BaseExpression, ctx: Context) -> bool:

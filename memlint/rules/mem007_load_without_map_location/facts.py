@@ -34,6 +34,7 @@ class Load(NamedTuple):
     gpu_before: set[str]  # the names already moved to a GPU when it runs
     kept: cst.CSTNode | None  # the loop that runs while its name is still bound
     class_name: str | None  # the class whose method loads it
+    function: cst.FunctionDef | None  # the function that loads it (None: the top level)
 
 
 class SavesSeen:
@@ -206,12 +207,40 @@ class SavesSeen:
             self.last_move[moved] = "cpu"
 
     def _moved_to_cpu(self, saved: cst.BaseExpression) -> bool:
-        """`torch.save(model.state_dict(), ...)` after `model.cpu()` moved it."""
-        if not (isinstance(saved, cst.Call) and isinstance(saved.func, cst.Attribute)
-                and saved.func.attr.value == "state_dict"):
-            return False
-        name = dotted_name(saved.func.value)
-        return name is not None and self.last_move.get(name) == "cpu"
+        """`torch.save(model.state_dict(), ...)` after `model.cpu()` moved it,
+        or moved the module it is part of (`copy.convnet.state_dict()` after
+        `copy.cpu()`); a dict of such state dicts beside bookkeeping
+        (`{"tasks": self._cur_task, "convnet": ..., "fc": ...}`: PyCIL)."""
+        value = self.ctx.resolve(saved)
+        if isinstance(value, cst.Dict):
+            entries = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+            states = [e for e in entries if _state_dict_of(e) is not None]
+            return bool(states) and len(entries) == len(value.elements) \
+                and all(self._moved_to_cpu(e) for e in states) \
+                and all(self._bookkeeping(e) for e in entries if e not in states)
+        name = _state_dict_of(value)
+        parts = name.split(".") if name is not None else []
+        for end in range(len(parts), 0, -1):  # the last move of it or of what holds it
+            move = self.last_move.get(".".join(parts[:end]))
+            if move is not None:
+                return move == "cpu"
+        return False
+
+    def _bookkeeping(self, value: cst.BaseExpression) -> bool:
+        """A literal, or a name or attribute neither moved to a GPU here nor
+        bound to a call here (`self._cur_task`, `test_acc`)."""
+        name = dotted_name(value)
+        if name is None:
+            return isinstance(value, (cst.SimpleString, cst.Integer, cst.Float))
+        return name not in self.moved_to_gpu and not isinstance(self.ctx.binding(name), cst.Call)
+
+
+def _state_dict_of(value: cst.BaseExpression) -> str | None:
+    """`net.fc` for `net.fc.state_dict()`."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value == "state_dict":
+        return dotted_name(value.func.value)
+    return None
 
 
 def kept_alive(name: str, ancestors: list[cst.CSTNode]) -> cst.CSTNode | None:

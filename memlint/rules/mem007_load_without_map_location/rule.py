@@ -178,7 +178,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         self.copied_into_modules: dict[str, str | None] = {}
         #: names bound to an entry of a name (`net = checkpoint["net"]`: checkpoint -> net)
         self.entries_taken: dict[str, set[str]] = {}
-        self.last_gpu_move: dict[str, cst.Call] = {}  # each name's last move to a GPU
+        #: each name's first move to a GPU after it was moved there, per function
+        self.last_gpu_move: dict[tuple[cst.FunctionDef | None, str], cst.Call] = {}
         self.built_by_plain_class: set[cst.Call] = set()  # loads in a plain class's __init__
         self.optimizer_entries: set[str] = set()  # names read by an optimizer key: `ckpt["optim"]`
 
@@ -222,7 +223,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             set(self.moved_to_gpu),
             kept_alive(model, self.ctx.ancestors[:self.ctx.ancestors.index(statement) + 1])
             if model is not None and statement in self.ctx.ancestors else None,
-            class_def.name.value if class_def is not None else None))
+            class_def.name.value if class_def is not None else None, self.ctx.function))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if self.starts_ranks is None and reads_launcher_rank(node, self.ctx):
@@ -246,7 +247,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         if name is None:
             return
         if receiver is not None and name in self.moved_to_gpu:
-            self.last_gpu_move.setdefault(name, node)
+            self.last_gpu_move.setdefault((self.ctx.function, name), node)
         if method == "load_state_dict" and node.args:
             root = root_name(node.args[0].value)
             if root is not None:
@@ -321,8 +322,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         came from: a note, in preview."""
         node = load.node
         target = load.into or self._copied_into(load.model)
-        moved_later = target is not None and target not in load.gpu_before \
-            and target in self.last_gpu_move
+        # moved in the function that loads it: a parameter's device is its callers'
+        move = self.last_gpu_move.get((load.function, target or ""))
         related: list[tuple[cst.CSTNode, str]] = []
         severity, preview = None, False
         if ranks:
@@ -330,9 +331,9 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             if self.starts_ranks is not None:
                 related.append((self.starts_ranks, "the program runs as several ranks "
                                                    "(processes) here; each one loads"))
-        elif copied and moved_later:
+        elif copied and move is not None and target not in load.gpu_before:
             message = self.CPU_TARGET
-            related.append((self.last_gpu_move[target or ""],
+            related.append((move,
                             f"'{target}' goes to the GPU only here, after the load"))
         else:
             # one process, the checkpoint back on the GPU it came from: a copy as
