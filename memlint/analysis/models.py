@@ -55,6 +55,21 @@ _VERB_FIRST = re.compile(r"^_*(get|pick|select|choose|compute|calc|calculate|mak
                          r"log|check|test)_", re.IGNORECASE)
 
 
+#: how Python's convention names a class: `MobileNetV3_Small`, not `G_AB`
+_CLASS_NAME = re.compile(r"[A-Z](?=\w*[a-z])\w*")
+
+
+def named_like_a_class(name: str) -> bool:
+    """`encoders.Linear`, `MobileNetV3_Small`: its last part is CapWords (not `G_AB`)."""
+    return _CLASS_NAME.fullmatch(name.rsplit(".", 1)[-1]) is not None
+
+
+def class_built(built: cst.BaseExpression | None) -> str | None:
+    """`DiffVC` for `DiffVC(params)`: the class a model was built from."""
+    name = dotted_name(built.func) if isinstance(built, cst.Call) else None
+    return name.rsplit(".", 1)[-1] if name is not None and named_like_a_class(name) else None
+
+
 def unchained(value: cst.BaseExpression) -> cst.BaseExpression:
     """`Net()` for `Net().to(device).eval()`: what the chain of methods that
     return their module was called on."""

@@ -16,7 +16,8 @@ import libcst as cst
 from memlint.analysis.walker import children
 from memlint.analysis.context import BindingSite, Context, Scope, either_values
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
-from memlint.analysis.models import CHAINED, built_kind, constructed_kind, is_loss_name, unchained
+from memlint.analysis.models import (CHAINED, built_kind, class_built, constructed_kind,
+                                     is_loss_name, named_like_a_class, unchained)
 from memlint.analysis.module_index import ClassInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.torch_api import HOST_FACTORIES
@@ -38,7 +39,6 @@ _VERB_PREFIXES = {"setup", "load", "build", "get", "create", "make", "init", "pr
 #: (`G_AB`, `netG`, `model` are instances)
 _MODEL_BASE_SUFFIXES = ("Model", "Module", "Net", "Network")
 _LIGHTNING_BASES = ("LightningModule",)
-_CLASS_NAME = re.compile(r"[A-Z](?=\w*[a-z])\w*")  # `MobileNetV3_Small`, not `G_AB`
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Unit:
     volatile_names: set[str] = field(default_factory=set)  # names bound to a volatile Variable
     volatile_fed: bool = False  # one is fed to a model (a DQN's target forward in a training step)
     #: a discarded forward outside any loop, as `_take_forward` takes it ...
-    warm_up: tuple[cst.Call, cst.CSTNode | None, str, bool, str | None] | None = None
+    warm_up: tuple[cst.Call, cst.CSTNode | None, str, bool, cst.BaseExpression | None] | None = None
     #: ... and whether its model ran again after it (then it was a warm-up)
     warmed_up: bool = False
     #: the lambda its forward is written in, with the two nodes above it
@@ -117,21 +117,16 @@ class Forwards:
                 return None
         return None
 
-    def built_from(self, module: str) -> str | None:
-        """`DiffVC` for a model bound to `DiffVC(params).cuda()`."""
+    def built_by(self, module: str) -> cst.BaseExpression | None:
+        """`DiffVC(params)` for a model bound to `DiffVC(params).cuda()`."""
         site = self.ctx.binding_site(module)
-        built, _ = self.where_built(module, site.value if site is not None else None, site)
-        if not isinstance(built, cst.Call):
-            return None
-        name = (dotted_name(built.func) or "").rsplit(".", 1)[-1]
-        return name if _CLASS_NAME.fullmatch(name) else None
+        return self.where_built(module, site.value if site is not None else None, site)[0]
 
     def where_built(self, module: str, value: cst.BaseExpression | None,
                      site: BindingSite | None) -> tuple[cst.BaseExpression | None, bool]:
-        """Back from `module`'s binding (`value`, at `site`) to the expression
-        that built it, through `net = net.eval()`, `net = Net().cuda()` and
-        `model = nn.DataParallel(model)` (which moves nothing); and whether a
-        move to a CUDA device was on the way."""
+        """Back from `module`'s binding (`value`, at `site`) to what built it,
+        through `net.eval()`, `Net().cuda()` and `nn.DataParallel(model)`
+        (which moves nothing); and whether a move to a CUDA device was on the way."""
         moved = False
         for _ in range(4):
             while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
@@ -186,8 +181,7 @@ class Forwards:
         # `decoder = self.char_decode`, `net = linreg`: an alias is judged by what it names
         judged = dotted_name(bound) if isinstance(bound, (cst.Attribute, cst.Name)) else None
         judged = judged or name
-        if (_CLASS_NAME.fullmatch(judged.rsplit(".", 1)[-1])
-                or self.names_function(judged, unit.class_name)):
+        if named_like_a_class(judged) or self.names_function(judged, unit.class_name):
             return None
         written = judged.rsplit(".", 1)[-1]
         last = written.lower()
@@ -211,9 +205,9 @@ class Forwards:
         if moved or not isinstance(value, cst.Call) or call_arg(value, "device") is not None \
                 or creates_on_cuda(value, self.ctx):
             return False
-        built = dotted_name(value.func) or ""
-        return (_CLASS_NAME.fullmatch(built.rsplit(".", 1)[-1]) is not None
-                or built in self.index.functions_by_name  # `net = densenet_cifar()`, defined here
+        # `net = densenet_cifar()` of a function defined here builds one too
+        return (class_built(value) is not None
+                or (dotted_name(value.func) or "") in self.index.functions_by_name
                 or constructed_kind(value, self.ctx) == "module")
 
     def global_on_host(self, module: str) -> bool:
@@ -380,7 +374,7 @@ def _names_a_class(value: cst.BaseExpression, ctx: Context) -> bool:
             and value.args:
         value = value.args[0].value
     name = dotted_name(value) if isinstance(value, (cst.Name, cst.Attribute)) else None
-    return name is not None and _CLASS_NAME.fullmatch(name.rsplit(".", 1)[-1]) is not None
+    return name is not None and named_like_a_class(name)
 
 
 def is_volatile(call: cst.Call) -> bool:

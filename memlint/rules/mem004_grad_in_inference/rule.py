@@ -7,6 +7,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import BackwardFlows
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
+from memlint.analysis.models import class_built
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.pickled_modules import UnlessUnpickledFrozen, unpickling_loader
@@ -179,13 +180,13 @@ class GradInInference(Rule):
             # statement ends, and the forwards after it decide
             if inference and self.unit.warm_up is None:
                 self.unit.warm_up = (node, self.statement(), module, after_eval,
-                                     self.forwards.built_from(module))
+                                     self.forwards.built_by(module))
             return
         if self.unit.any_forward is None:
             self.unit.any_forward = (node, module)
         if inference:
             self._take_forward(node, self.statement(), module, after_eval,
-                               self.forwards.built_from(module))
+                               self.forwards.built_by(module))
             self.unit.forward_lambda = self._enclosing_lambda()
 
     def _module_run_by(self, node: cst.Call) -> str | None:
@@ -232,16 +233,14 @@ class GradInInference(Rule):
         return tuple(handed)
 
     def _take_forward(self, node: cst.Call, statement: cst.CSTNode | None, module: str,
-                      after_eval: bool, built_from: str | None) -> None:
+                      after_eval: bool, built: cst.BaseExpression | None) -> None:
         """The unit's forward to judge: its first unguarded one, or a discarded
         one that no forward of its model follows (a profiled or timed run)."""
         unit = self.unit
         unit.forward = (node, statement, module)
-        site = self.ctx.binding_site(module)
-        built, _ = self.forwards.where_built(module, site.value if site else None, site)
         if (loader := unpickling_loader(built, self.ctx)) is not None:
             self.unpickled[node] = loader
-        unit.forward_after_eval, unit.forward_class = after_eval, built_from
+        unit.forward_after_eval, unit.forward_class = after_eval, class_built(built)
         if unit.node is None:
             # at the top level only a backward that follows counts (a script
             # that trains, then predicts)
