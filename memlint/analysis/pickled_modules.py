@@ -17,7 +17,7 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.names import dotted_name
-from memlint.analysis.project import Condition, Project, _ast_dotted_name, _read_tree
+from memlint.analysis.project import Condition, Project, ast_dotted_name, read_tree
 
 #: calls that return what a file holds, unpickled
 UNPICKLING_CALLS = {"pickle.load", "pickle.loads", "dill.load", "cloudpickle.load"}
@@ -50,7 +50,7 @@ def pickles_frozen(project: Project) -> bool:
         kinds: set[str] = set()
         for facts in project.modules:
             if facts.path.endswith(".py"):
-                read = _read_tree(facts.path, _DUMP)
+                read = read_tree(facts.path, _DUMP)
                 if read is not None:
                     kinds |= _dumped_kinds(read[1])
         verdict = _frozen_snapshots[project] = kinds == {"frozen"}
@@ -64,7 +64,7 @@ def _unpickles(project: Project, importer: str, loader: str) -> bool:
     if not owner:
         return False
     for facts in project.defining(importer, owner, function):
-        read = _read_tree(facts.path, b"load")
+        read = read_tree(facts.path, b"load")
         if read is not None and returns_unpickled(read[1], function):
             return True
     return False
@@ -74,7 +74,7 @@ def returns_unpickled(tree: ast.Module, function: str) -> bool:
     """Whether the top-level `def function` returns what it unpickles
     (`data = _LegacyUnpickler(f).load()` ... `return data`)."""
     unpicklers = {node.name for node in tree.body if isinstance(node, ast.ClassDef)
-                  and any((_ast_dotted_name(base) or "").endswith("Unpickler")
+                  and any((ast_dotted_name(base) or "").endswith("Unpickler")
                           for base in node.bases)}
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == function:
@@ -92,11 +92,11 @@ def _unpickling(value: ast.expr, unpicklers: set[str]) -> bool:
     """`pickle.load(f)`, or `load()` of an unpickler (`_LegacyUnpickler(f).load()`)."""
     if not isinstance(value, ast.Call):
         return False
-    if _ast_dotted_name(value.func) in UNPICKLING_CALLS:
+    if ast_dotted_name(value.func) in UNPICKLING_CALLS:
         return True
     func = value.func
     if isinstance(func, ast.Attribute) and func.attr == "load" and isinstance(func.value, ast.Call):
-        maker = _ast_dotted_name(func.value.func) or ""
+        maker = ast_dotted_name(func.value.func) or ""
         return maker in unpicklers or maker.endswith("pickle.Unpickler")
     return False
 
@@ -110,7 +110,7 @@ def _dumped_kinds(tree: ast.Module) -> set[str]:
         if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for call in ast.walk(function):
-            if isinstance(call, ast.Call) and _ast_dotted_name(call.func) == "pickle.dump" \
+            if isinstance(call, ast.Call) and ast_dotted_name(call.func) == "pickle.dump" \
                     and call.args and isinstance(call.args[0], ast.Name):
                 stored = _stored_in(function, call.args[0].id)
                 kinds |= {kind for kind in map(_made, stored) if kind}
@@ -121,15 +121,16 @@ def _stored_in(function: ast.AST, name: str) -> list[ast.expr]:
     """What `function` puts in the container `name`: values written to
     `name[key]`, each followed back to its binding when a name
     (`module = deepcopy(module).requires_grad_(False)`, `snapshot[key] = module`)."""
-    stored = [node.value for node in ast.walk(function) if isinstance(node, ast.Assign)
-              and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
-                      and t.value.id == name for t in node.targets)]
+    stored: list[ast.expr] = []
     bound: dict[str, list[ast.expr]] = {}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     bound.setdefault(target.id, []).append(node.value)
+                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) \
+                        and target.value.id == name and node.value not in stored:
+                    stored.append(node.value)
     found: list[ast.expr] = []
     for value in stored:
         found.extend(bound.get(value.id, []) if isinstance(value, ast.Name) else [value])

@@ -617,7 +617,7 @@ def _method_verdicts(path: str, method: str) -> list[bool]:
     """For each class's `def method` in the file at `path`: whether every
     value it returns is a plain number (`x.item()`, `0`, `math.exp(...)`, a
     name bound to one, arithmetic of those)."""
-    read = _read_tree(path, f"def {method}(".encode())
+    read = read_tree(path, f"def {method}(".encode())
     if read is None:
         return []
     return [_returns_numbers(node, method) for cls in ast.walk(read[1])
@@ -947,7 +947,7 @@ class Project:
         return found[index] if len(found) == len(same) else None
 
 
-def _read_tree(path: str, needle: bytes = b"") -> tuple[str, ast.Module] | None:
+def read_tree(path: str, needle: bytes = b"") -> tuple[str, ast.Module] | None:
     """The file's text and Python's own tree of it (a fraction of libcst's
     cost), read again for a finding that asks; None when it cannot be read or
     parsed, or does not contain `needle`."""
@@ -965,7 +965,7 @@ def _read_tree(path: str, needle: bytes = b"") -> tuple[str, ast.Module] | None:
 
 def _calls_by_written_name(path: str) -> dict[str, list[tuple[int, int]]]:
     """Every call of a dotted name in the file, in source order, by that name."""
-    read = _read_tree(path)
+    read = read_tree(path)
     if read is None:
         return {}
     text, tree = read
@@ -973,7 +973,7 @@ def _calls_by_written_name(path: str) -> dict[str, list[tuple[int, int]]]:
     found: dict[str, list[tuple[int, int]]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
-            name = _ast_dotted_name(node.func)
+            name = ast_dotted_name(node.func)
             if name is not None:
                 found.setdefault(name, []).append((node.lineno, node.col_offset))
     positions = {}
@@ -985,7 +985,7 @@ def _calls_by_written_name(path: str) -> dict[str, list[tuple[int, int]]]:
     return positions
 
 
-def _ast_dotted_name(node: ast.expr) -> str | None:
+def ast_dotted_name(node: ast.expr) -> str | None:
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
