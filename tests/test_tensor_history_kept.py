@@ -131,3 +131,21 @@ def test_a_method_keeping_what_training_steps_hand_it_is_reported(tmp_path, hand
 def test_a_method_keeping_what_no_caller_hands_it_with_history_is_left_alone(tmp_path):
     (tmp_path / "metrics.py").write_text(TRACKER)
     assert check_paths([str(tmp_path)], ONLY_MEM003, jobs=1).findings == []
+
+
+@pytest.mark.parametrize(("backward", "freed"), [
+    ("loss.backward()", True),
+    ("scaler.scale(loss).backward()", True),
+    ("loss.backward(retain_graph=True)", False),
+    ("other.backward()", False),
+])
+def test_the_message_names_what_a_graph_kept_after_its_backward_holds(backward, freed):
+    """After the kept loss's own backward, the saved tensors are gone and only
+    the graph's nodes stay: the message says which cost applies."""
+    source = ("import torch\nmodel = torch.nn.Linear(4, 1).cuda()\nloss_sum = 0\n"
+              "for x, y in loader:\n    loss = (model(x.cuda()) - y.cuda()).pow(2).mean()\n"
+              "    other = loss * 2\n"
+              f"    {backward}\n    loss_sum += len(x) * loss\n")
+    [finding] = check_source(source, "train.py", ONLY_MEM003)
+    assert ("its backward freed the tensors each graph saved" in finding.message) is freed
+    assert ("the tensors it saved for backward stay in memory" in finding.message) is not freed

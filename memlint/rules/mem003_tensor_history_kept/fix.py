@@ -48,10 +48,11 @@ def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
 
 
 def message(stored: cst.BaseExpression, value: Value, container: str, verb: str,
-            fixed: bool = False) -> str:
+            fixed: bool = False, freed: bool = False) -> str:
     """What to keep instead, in order of preference: a number for a scalar
     (`.item()`), else the tensor without its graph; where `--fix` writes
-    `.detach()` for a scalar, the message says so."""
+    `.detach()` for a scalar, the message says so. What is kept: after the
+    graph's own backward (`freed`), its nodes, not the tensors they saved."""
     text = code(stored)
     simple = isinstance(stored, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
     receiver = text if simple else f"({text})"
@@ -60,6 +61,8 @@ def message(stored: cst.BaseExpression, value: Value, container: str, verb: str,
                + (" (what --fix writes)" if fixed else ""))
     else:
         fix = f"{verb} {receiver}.detach() instead (.detach().cpu() to free the GPU copy too)"
+    kept = ("its backward freed the tensors each graph saved, but every iteration's graph "
+            f"nodes stay chained to '{container}', more each step, until it is freed" if freed else
+            "every iteration's graph and the tensors it saved for backward stay in memory")
     return (f"'{text}' keeps its autograd graph alive in '{container}' across iterations: "
-            f"every iteration's graph and the tensors it saved for backward stay in memory; "
-            f"{fix}")
+            f"{kept}; {fix}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.analysis.autograd_values import BackwardFlows, Value
+from memlint.analysis.autograd_values import BackwardFlows, Value, names_in
 from memlint.analysis.context import Loop
 from memlint.analysis.names import dotted_name
 
@@ -37,6 +37,8 @@ class KeptStore:
     #: (its position, the tuple's length)
     forward_element: tuple[int, int] | None = None
     one_step: bool = False  # it outlives only loops that back-propagate, before a step
+    #: a backward already ran through it without `retain_graph`: only graph nodes stay
+    after_backward: bool = False
 
 
 @dataclass
@@ -47,7 +49,16 @@ class Frame:
     calls_backward: bool = False
     #: the names this function back-propagated so far (`loss` of `loss.backward()`)
     backpropagated: set[str] = field(default_factory=set)
+    #: of those, the names a backward ran through with `retain_graph`
+    retained: set[str] = field(default_factory=set)
     backward_loops: set[int] = field(default_factory=set)  # back-propagating, not yet stepped
+
+    def run_backward(self, names: set[str], call: cst.Call) -> None:
+        """A backward through `names`; `retain_graph` keeps the tensors they saved."""
+        self.calls_backward = True
+        self.backpropagated |= names
+        if any(arg.keyword and arg.keyword.value == "retain_graph" for arg in call.args):
+            self.retained |= names
 
 
 def kept_for_its_data(store: KeptStore, value: Value, flows: BackwardFlows,
@@ -75,3 +86,11 @@ def kept_for_its_data(store: KeptStore, value: Value, flows: BackwardFlows,
 
 
 _LIST_GROWTH = {"append", "extend with", "insert", "add"}
+
+
+def freed_by_backward(stored: cst.BaseExpression, frame: Frame) -> bool:
+    """Whether `stored` reads a name a backward has already run through without
+    `retain_graph` (`loss.backward()`, then `total += n * loss`): that backward
+    freed the tensors its graph saved, so what the kept graph still holds is its
+    nodes, growing by a chain every step, not the step's activations."""
+    return bool(names_in(stored) & (frame.backpropagated - frame.retained))

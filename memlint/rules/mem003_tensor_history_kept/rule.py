@@ -21,7 +21,8 @@ from memlint.analysis.torch_api import AUTOGRAD_ENTRY
 from memlint.rules.base import Rule, RuleOptions
 from memlint.rules.mem003_tensor_history_kept.across_calls import AcrossCalls
 from memlint.rules.mem003_tensor_history_kept.fix import detach_fix, message
-from memlint.rules.mem003_tensor_history_kept.kept import Frame, KeptStore, kept_for_its_data
+from memlint.rules.mem003_tensor_history_kept.kept import (Frame, KeptStore, freed_by_backward,
+                                                          kept_for_its_data)
 
 
 class TensorHistoryKept(Rule):
@@ -289,8 +290,8 @@ class TensorHistoryKept(Rule):
             if kept_for_its_data(store, value, flows, frame.node):
                 continue
             fix = detach_fix(store.stored, store.container, store.verb, store.local, frame.node)
-            self.report(store.node, message(store.stored, value, code(store.target),
-                                            store.verb, fixed=fix is not None),
+            self.report(store.node, message(store.stored, value, code(store.target), store.verb,
+                                            fixed=fix is not None, freed=store.after_backward),
                         store.statement, self._unless(store), fix=fix)
 
     def _unless(self, store: KeptStore) -> Condition:
@@ -367,9 +368,8 @@ class TensorHistoryKept(Rule):
             return
         if chain_of is not None and self.values.depends_on(stored, dotted_name(chain_of) or owner):
             return  # `x = x + block(x)`: a computation chain, not an accumulation
-        value = self.values.value_of(stored)
-        if not value.history and self.values.kept_backpropagated(stored,
-                                                                 self.frames[-1].backpropagated):
+        value, frame = self.values.value_of(stored), self.frames[-1]
+        if not value.history and self.values.kept_backpropagated(stored, frame.backpropagated):
             value = HISTORY_SCALAR  # `loss.backward()`, then `total += loss` (or a term of it)
         if not value.history and not value.waits:
             return
@@ -379,9 +379,10 @@ class TensorHistoryKept(Rule):
             owner in self.ctx.scope.bindings
         site = self.ctx.binding_site(owner)
         per_step = site is not None and any(map(is_data_loop, site.loops))
-        self.frames[-1].stores.append(KeptStore(node, self.statement(), stored, value, container,
-                                             verb, owner, outlived, local, per_step,
-                                             self.values.forward_element(stored)))
+        frame.stores.append(KeptStore(node, self.statement(), stored, value, container, verb,
+                                      owner, outlived, local, per_step,
+                                      self.values.forward_element(stored),
+                                      after_backward=freed_by_backward(stored, frame)))
 
     # -- a backward in this function ------------------------------------------
     def _note_backward(self, node: cst.Call) -> None:
@@ -389,8 +390,7 @@ class TensorHistoryKept(Rule):
         qualified = self.ctx.qualify(node.func)
         if (method is not None and method.attr.value in BACKWARD_METHODS) or \
                 qualified in AUTOGRAD_ENTRY:
-            frame.calls_backward = True
-            frame.backpropagated |= backpropagated(node, qualified)
+            frame.run_backward(backpropagated(node, qualified), node)
             frame.backward_loops.update(map(id, self.ctx.loops))
             self.training_loops.update(map(id, self.ctx.loops))
         elif method is not None and steps_an_optimizer(method):
