@@ -149,3 +149,20 @@ def test_the_message_names_what_a_graph_kept_after_its_backward_holds(backward, 
     [finding] = check_source(source, "train.py", ONLY_MEM003)
     assert ("its backward freed the tensors each graph saved" in finding.message) is freed
     assert ("the tensors it saved for backward stay in memory" in finding.message) is not freed
+
+
+@pytest.mark.parametrize(("kept", "reported"), [
+    ("flat_loss.item() if task != 0 else flat_loss", False),
+    ("float(flat_loss) if task != 0 else flat_loss", False),
+    ("flat_loss if task == 0 else flat_loss.item()", False),
+    ("loss if task != 0 else flat_loss.item()", True),
+])
+def test_a_term_made_a_number_on_one_branch_is_a_number_on_the_other(kept, reported):
+    """`x.item() if c else x`: the code converts the term where it is a tensor,
+    so the branch that keeps it whole is where it is still the float 0.0."""
+    source = ("import torch\nmodel = torch.nn.Linear(4, 1).cuda()\ntotal = 0.0\n"
+              "for x, y in loader:\n    flat_loss = 0.0\n    if old is not None:\n"
+              "        flat_loss = model(x.cuda()).mean()\n"
+              "    loss = model(x.cuda()).mean() + flat_loss\n    loss.backward()\n"
+              f"    total += {kept}\n")
+    assert bool(check_source(source, "train.py", ONLY_MEM003)) is reported

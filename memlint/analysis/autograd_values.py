@@ -295,6 +295,8 @@ class AutogradValues:
             return _combine([self._trace(node.left, seen, depth),
                              self._trace(node.right, seen, depth)], scalar_if_all=True)
         if isinstance(node, cst.IfExp):
+            if _number_in_one_arm(node):
+                return CLEAN
             return _combine([self._trace(node.body, seen, depth),
                              self._trace(node.orelse, seen, depth)], scalar_if_all=True)
         if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
@@ -525,6 +527,26 @@ class AutogradValues:
                 or self.ctx.qualify(func) is not None:
             return None
         return key
+
+
+def _number_in_one_arm(node: cst.IfExp) -> bool:
+    """`x.item() if c else x` (or `float(x)`): the code turns `x` into a number
+    on the branch where it is a tensor, so on the other it already is one
+    (PyCIL's `flat_loss` is the float 0.0 in the first task, a tensor after)."""
+    for converted, kept in ((node.body, node.orelse), (node.orelse, node.body)):
+        if type(converted) is not cst.Call:
+            continue
+        func = converted.func
+        if type(func) is cst.Attribute and func.attr.value == "item" and not converted.args:
+            value: cst.BaseExpression = func.value
+        elif type(func) is cst.Name and func.value in ("float", "int") \
+                and len(converted.args) == 1:
+            value = converted.args[0].value
+        else:
+            continue
+        if kept.deep_equals(value):
+            return True
+    return False
 
 
 def names_in(node: cst.CSTNode) -> set[str]:
