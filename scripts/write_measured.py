@@ -123,8 +123,9 @@ def kept_frequency(source: str) -> tuple[dict[str, float], str]:
     before = measured.SOURCE
     start = before.index("frequency on the review corpus")
     end = before.find(";", start)
-    kept = before[start:end if end >= 0 else len(before)]
-    return frequency, source + kept + " (kept: the corpus was not run again)"
+    note = " (kept: the corpus was not run again)"
+    kept = before[start:end if end >= 0 else len(before)].removesuffix(note)
+    return frequency, source + kept + note
 
 
 def figures_block(listings: tuple[str, ...], source: str,
