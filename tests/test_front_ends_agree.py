@@ -81,9 +81,10 @@ def _assert_front_ends_agree(tree: Path, capsys, monkeypatch, tmp_path) -> set[K
         assert alone.get(path, set()) == expected, f"check FILE differs from check DIR on {path}"
         in_flake8 = flake8.get(path, set())
         if any(code == "E999" for *_, code in in_flake8):
-            # flake8 reports a file Python cannot parse itself (E999) and runs no plugin on it
+            # flake8 reports a file Python cannot parse itself (E999) and runs no plugin
+            # on it, also where memlint reads it (`.cuda(async=True)`, Python 3.6 code)
             in_flake8 = {key for key in in_flake8 if key[3] != "E999"}
-            expected_there = {key for key in expected if key[3] != "MEM000"}
+            expected_there = set()
         else:
             expected_there = expected
         assert in_flake8 == expected_there, f"flake8 differs from check DIR on {path}"
