@@ -868,3 +868,54 @@ def test_a_checkpoint_whose_path_is_built_at_run_time_is_paired_with_its_save(
 def test_file_names_with_unknown_parts_name_the_same_file_only_where_they_can(named, other, same):
     from memlint.analysis.file_names import same_file
     assert same_file(named, other) is same and same_file(other, named) is same
+
+
+@pytest.mark.parametrize("reader, preview", [
+    ("from PIL import Image\ndef read_image(path):\n    return Image.open(path)\n", False),
+    ("import cv2 as cv\ndef read_image(path):\n    return cv.imread(path)\n", False),
+    ("import json\ndef read_image(path):\n    return json.load(open(path))\n", True),
+])
+def test_a_data_set_that_decodes_through_helpers_of_other_files_is_a_media_one(
+        tmp_path, reader, preview):
+    """simple-faster-rcnn's `Dataset` asks a reader class (`voc.py`) that calls
+    `read_image` of a file with no torch in it (`util.py`, which no rule walks):
+    decoded images, two files away, make pinning worth it."""
+    (tmp_path / "util.py").write_text(reader)
+    (tmp_path / "voc.py").write_text(
+        "from util import read_image\nclass VOCBboxDataset:\n"
+        "    def get_example(self, i):\n        return read_image(self.paths[i])\n")
+    (tmp_path / "dataset.py").write_text(
+        "from voc import VOCBboxDataset\nclass Dataset:\n    def __init__(self, opt):\n"
+        "        self.db = VOCBboxDataset(opt)\n"
+        "    def __getitem__(self, i):\n        return self.db.get_example(i)\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom dataset import Dataset\n"
+        "def train(model, opt):\n"
+        "    loader = DataLoader(Dataset(opt), batch_size=8, num_workers=4)\n"
+        "    for x in loader:\n        model(x.cuda())\n")
+    [finding] = check_paths([str(tmp_path)], jobs=1).findings
+    assert (finding.path.endswith("train.py"), finding.code, finding.preview) \
+        == (True, "MEM005", preview)
+
+
+def test_the_media_reading_is_the_same_whichever_files_the_rules_walk(tmp_path):
+    """The same chain with the reader class in the file the rules walk: the
+    answer comes from the source, so what is selected does not change it."""
+    from memlint import Settings
+
+    (tmp_path / "util.py").write_text(
+        "from PIL import Image\ndef read_image(path):\n    return Image.open(path)\n")
+    (tmp_path / "dataset.py").write_text(
+        "from train import Reader\nclass Dataset:\n"
+        "    def __getitem__(self, i):\n        return Reader().get(i)\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom util import read_image\n"
+        "from dataset import Dataset\n"
+        "class Reader:\n    def get(self, i):\n        return read_image(i)\n"
+        "def train(model, opt):\n"
+        "    loader = DataLoader(Dataset(opt), batch_size=8, num_workers=4)\n"
+        "    for x in loader:\n        model(x.cuda())\n")
+    for settings in (Settings(), Settings(select=("MEM005",)), Settings(select=("MEM004",))):
+        found = check_paths([str(tmp_path)], settings, jobs=1).findings
+        assert [(f.code, f.preview) for f in found if f.code == "MEM005"] \
+            == ([("MEM005", False)] if "MEM005" in settings.selected_codes("train.py") else [])

@@ -393,21 +393,6 @@ class UnlessProjectSavesModelsOnCpu(Condition):
 
 
 @dataclass(frozen=True)
-class PreviewUnlessMediaClass(Condition):
-    """A loader of a data set built from a class of another file: the rule's
-    own finding where the project defines that class decoding media into
-    floating-point samples, else a preview variant (its batches may be ids)."""
-
-    class_name: str
-
-    def drops(self, project: Project) -> bool:
-        return False
-
-    def previews(self, project: Project) -> bool:
-        return not any(self.class_name in facts.media_classes for facts in project.modules)
-
-
-@dataclass(frozen=True)
 class UnlessForwardDisablesGrad(Condition):
     """A model built from a class of another file: dropped when the project
     defines that class with a `forward` decorated `@torch.no_grad()`."""

@@ -16,10 +16,10 @@ from memlint.analysis.flows import (GPU, STAY, UNKNOWN, ValueFlows, collate_move
                                     root_name)
 from memlint.analysis.loaders import (PIN_MEMORY_POSITION, LoaderArguments, collate_is_identity,
                                       Workers, float_batches, integer_batches)
+from memlint.analysis.media_sources import PreviewUnlessMediaClass
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
-from memlint.analysis.project import (Condition, Either, PreviewUnlessMediaClass,
-                                      UnlessHelpersKeepBatchesOnHost,
+from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoCalleeCopiesToCuda, UnlessNoImporterCopiesToCuda,
                                       UnlessProjectOnCpu)
 from memlint.analysis.torch_api import DATA_LOADERS, SET_DEFAULT_DEVICE
