@@ -166,3 +166,37 @@ def test_a_term_made_a_number_on_one_branch_is_a_number_on_the_other(kept, repor
               "    loss = model(x.cuda()).mean() + flat_loss\n    loss.backward()\n"
               f"    total += {kept}\n")
     assert bool(check_source(source, "train.py", ONLY_MEM003)) is reported
+
+
+ROLLOUT = ("import torch\nmodel = torch.nn.Linear(4, 4).cuda()\n{start}"
+           "for xx, yy in train_loader:\n    loss = 0\n    xx = xx.to('cuda')\n"
+           "    yy = yy.to('cuda')\n{per_batch}"
+           "    for t in range(initial_step, t_train):\n        im = model(xx)\n{body}"
+           "        xx = torch.cat((xx[..., 1:], im), dim=-2)\n"
+           "    optimizer.zero_grad()\n    loss.backward()\n    optimizer.step()\n")
+LOSS, CAT = ("        loss += loss_fn(im, yy[..., t])\n",
+             "        pred = torch.cat((pred, im), -2)\n")
+
+
+@pytest.mark.parametrize(("start", "per_batch", "body", "reported"), [
+    ("", "    pred = yy[..., :1]\n", LOSS + CAT, False),  # PDEBench's rollout
+    ("", "    pred = yy[..., :1]\n", CAT + LOSS, False),
+    ("", "    pred = yy[..., :1]\n", CAT, True),  # what it keeps no backward needs
+    ("pred = None\n", "", LOSS + CAT, True),  # one rollout chained onto the last
+])
+def test_a_rollout_made_afresh_every_batch_keeps_one_step_of_graph(start, per_batch, body,
+                                                                   reported):
+    """`pred` is made afresh every batch and keeps predictions the batch's
+    loss runs through: the step's backward needs that graph anyway."""
+    source = ROLLOUT.format(start=start, per_batch=per_batch, body=body)
+    assert [f.line for f in check_source(source, "train.py", ONLY_MEM003)
+            if "'pred'" in f.message] == ([source.splitlines().index(CAT.rstrip("\n")) + 1]
+                                          if reported else [])
+
+
+def test_a_concatenation_over_the_batches_of_an_epoch_is_still_reported():
+    source = ("import torch\nmodel = torch.nn.Linear(4, 4).cuda()\nfor epoch in range(10):\n"
+              "    outs = torch.zeros(0, 4).cuda()\n    for x, y in loader:\n"
+              "        out = model(x.cuda())\n        loss = crit(out, y)\n"
+              "        loss.backward()\n        outs = torch.cat((outs, out))\n")
+    assert [f.line for f in check_source(source, "train.py", ONLY_MEM003)] == [9]

@@ -640,6 +640,21 @@ class BackwardFlows:
         return flow is not None and any(start <= stored_at < end
                                         for start, end in flow.reach.get(name, ()))
 
+    def value_backwarded(self, scope: cst.CSTNode, name: str,
+                         statement: cst.CSTNode | None) -> bool:
+        """Whether the value `name` holds at `statement` reaches a backward in
+        the same function, through a read before it or after it (`loss +=
+        loss_fn(im, y)`, then `pred = torch.cat((pred, im))`, then
+        `loss.backward()`): what `statement` keeps is in that backward's graph."""
+        flow = self._flows.get(id(scope))
+        if flow is None:
+            return False
+        stored_at = self._positions.get(id(statement), -1)
+        bound = max((at for at, _, whole in flow.sources.get(name, ())
+                     if whole and at < stored_at), default=-1)
+        return any(start == bound or start <= stored_at < end
+                   for start, end in flow.reach.get(name, ()))
+
     # -- the walk -----------------------------------------------------------
     def _walk_scope(self, node: cst.CSTNode, body: Sequence[cst.CSTNode],
                     params: list[str], class_name: str | None) -> None:

@@ -3,6 +3,7 @@ and what a later backward says of them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import libcst as cst
@@ -62,16 +63,29 @@ class Frame:
 
 
 def kept_for_its_data(store: KeptStore, value: Value, flows: BackwardFlows,
-                      scope: cst.CSTNode) -> bool:
+                      scope: cst.CSTNode, training_loops: set[int]) -> bool:
     """A tensor (not a scalar loss) added to a list, whose graph a backward in
     the same iteration then consumes (`history.append(fake)` before
     `classifier(fake).mean().backward()`, a GAN's or an attack's images kept
     to show): the backward frees the tensors its graph saved, so what the list
     keeps is the images themselves, wanted, and `.detach()` would save nothing
-    of note. Running sums and concatenations are not this: each step's graph
-    nodes chain onto the last."""
+    of note. Running sums and concatenations are not this (each step's graph
+    nodes chain onto the last), unless the container is made afresh every step."""
+    if store.bound_per_step and not any(id(loop) in training_loops for loop in store.outlived) \
+            and _parts_backwarded(store, flows.value_backwarded, scope):
+        # made afresh every step (an autoregressive rollout's `pred`, per batch),
+        # growing over loops that run no backward, keeping what that step's
+        # backward runs through anyway: one step's graph
+        return True
     if value.scalar or store.verb not in _LIST_GROWTH:
         return False
+    return _parts_backwarded(store, flows.backwarded_after, scope)
+
+
+def _parts_backwarded(store: KeptStore, reaches: Callable[[cst.CSTNode, str, cst.CSTNode | None],
+                                                          bool], scope: cst.CSTNode) -> bool:
+    """Whether every tensor `store` keeps reaches a backward in `scope`, as
+    `reaches` (a `BackwardFlows` query) tells."""
     stored = store.stored
     if store.verb == "add":  # `history += [fake]`
         if not isinstance(stored, (cst.List, cst.Tuple)):
@@ -80,8 +94,7 @@ def kept_for_its_data(store: KeptStore, value: Value, flows: BackwardFlows,
     else:
         parts = [stored]
     names = [dotted_name(part) for part in parts]
-    return bool(names) and all(name is not None and
-                               flows.backwarded_after(scope, name, store.statement)
+    return bool(names) and all(name is not None and reaches(scope, name, store.statement)
                                for name in names)
 
 

@@ -287,7 +287,7 @@ class TensorHistoryKept(Rule):
                 continue
             if flows.consumed(frame.node, store.container, store.statement):
                 continue  # kept for a backward that follows
-            if kept_for_its_data(store, value, flows, frame.node):
+            if kept_for_its_data(store, value, flows, frame.node, self.training_loops):
                 continue
             fix = detach_fix(store.stored, store.container, store.verb, store.local, frame.node)
             self.report(store.node, message(store.stored, value, code(store.target), store.verb,
