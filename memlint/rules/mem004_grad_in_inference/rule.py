@@ -392,8 +392,8 @@ class GradInInference(Rule):
             return False
         if self.index.only_traced(info):
             return True  # a wrapper handed to `torch.onnx.export`: one forward, to trace it
-        if not unit.forward_after_eval and (
-                part_of_training(info, self.index, self.flows)
-                or self.forwards.is_model_method(unit, self.grad_users)):
-            return True
+        if part_of_training(info, self.index, self.flows) or (
+                not unit.forward_after_eval and self.forwards.is_model_method(unit,
+                                                                              self.grad_users)):
+            return True  # a caller back-propagates its result: no inference, eval() or not
         return self.index.grad_disabled_by_callers(info)
