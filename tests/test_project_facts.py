@@ -919,3 +919,26 @@ def test_the_media_reading_is_the_same_whichever_files_the_rules_walk(tmp_path):
         found = check_paths([str(tmp_path)], settings, jobs=1).findings
         assert [(f.code, f.preview) for f in found if f.code == "MEM005"] \
             == ([("MEM005", False)] if "MEM005" in settings.selected_codes("train.py") else [])
+
+
+SUMMARY = ("import torch\ndef get_model_summary(model, *input_tensors, verbose=False):\n"
+           "    model.eval()\n    model(*input_tensors)\n    return 'summary'\n")
+
+
+@pytest.mark.parametrize(("caller", "reported"), [
+    # HRNet's tools: a model not moved yet, a CPU input: the forward runs on the CPU
+    ("model = get_pose_net(cfg)\ndump_input = torch.rand((1, 3, 256, 256))\n"
+     "print(get_model_summary(model, dump_input, verbose=True))\n", False),
+    ("model = get_pose_net(cfg)\ndump_input = torch.rand((1, 3, 256, 256)).cuda()\n"
+     "print(get_model_summary(model, dump_input))\n", True),
+    ("model = torch.nn.DataParallel(get_pose_net(cfg))\n"
+     "print(get_model_summary(model, torch.rand((1, 3, 256, 256))))\n", True),
+    ("print(get_model_summary(model, batch))\n", True),
+])
+def test_a_helper_whose_callers_hand_it_host_inputs_runs_its_forward_on_the_cpu(
+        tmp_path, caller, reported):
+    (tmp_path / "utils.py").write_text(SUMMARY)
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom utils import get_model_summary\n" + caller
+        + "model = torch.nn.DataParallel(model).cuda()\n")  # moved after: a GPU program
+    assert codes(tmp_path) == ([("utils.py", 4, "MEM004")] if reported else [])

@@ -8,11 +8,12 @@ import libcst as cst
 from memlint.analysis.autograd_values import AutogradValues
 from memlint.analysis.context import Context
 from memlint.analysis.datasets import decodes_media, is_media_dataset
+from memlint.analysis.devices import made_on_cuda
 from memlint.analysis.gpu_selection import hides_gpus, sets_current_device
-from memlint.analysis.names import dotted_name
+from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import CallFact, ModuleFacts
 from memlint.analysis.screens import DEVICE_SETTER_TAILS
-from memlint.analysis.torch_api import AUTOGRAD_GRAD
+from memlint.analysis.torch_api import AUTOGRAD_GRAD, DATA_PARALLEL_WRAPPERS, HOST_FACTORIES
 
 
 class FactCollector:
@@ -133,7 +134,29 @@ class FactCollector:
         callee = self.imported_name(written) or written
         if callee.startswith(("self.", "cls.", "torch.")):
             return
-        self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written))
+        self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written,
+                                         self._places(node)))
+
+    def _places(self, node: cst.Call) -> str:
+        """`CallFact.places`: read from each argument's own binding only (a
+        project's every call pays for it), "" when no argument is on the host."""
+        places = ""
+        for arg in node.args:
+            if arg.keyword is not None or arg.star:
+                break
+            value = self.ctx.resolve(arg.value)
+            if type(value) is not cst.Call:
+                places += "?"
+            elif made_on_cuda(value, self.ctx) or \
+                    self.ctx.qualify(value.func) in DATA_PARALLEL_WRAPPERS:
+                places += "c"
+            elif (type(value.func) is cst.Attribute and value.func.attr.value == "cpu") or (
+                    self.ctx.qualify(value.func) in HOST_FACTORIES
+                    and call_arg(value, "device") is None):
+                places += "h"
+            else:
+                places += "?"
+        return places if "h" in places else ""
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if type(node.targets[0].target) is cst.Subscript:

@@ -50,6 +50,10 @@ class CallFact(NamedTuple):
     callee: str
     grad_disabled: bool
     written: str
+    #: per positional argument, where the code shows it lives: "h" made on the
+    #: host here (`torch.rand(...)`, `.cpu()`), "c" on a CUDA device, "?" not
+    #: told; "" when none is on the host (what most calls are)
+    places: str = ""
 
 
 @dataclass

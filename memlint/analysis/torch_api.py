@@ -159,6 +159,12 @@ RANK_STARTERS: frozenset[str] = frozenset({
     "torch.distributed.init_process_group", "torch.multiprocessing.spawn",
     "torch.nn.parallel.DistributedDataParallel"})
 
+#: wrappers that scatter their inputs onto the GPUs (a host tensor given to one still
+#: runs the model there)
+DATA_PARALLEL_WRAPPERS: frozenset[str] = frozenset({
+    "torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+    "torch.nn.parallel.DistributedDataParallel"})
+
 # -- serialization ------------------------------------------------------------------------
 
 LOADS: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"})

@@ -17,6 +17,8 @@ from memlint.analysis.project import (Condition, Either, EveryOne, UnlessCalledT
                                       UnlessCallersDisableGrad, UnlessProjectOnCpu)
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan
+from memlint.rules.mem004_grad_in_inference.callers import (UnlessCallersGiveHostInputs,
+                                                             forward_slots)
 from memlint.rules.mem004_grad_in_inference.forwards import Unit
 
 #: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
@@ -73,13 +75,17 @@ def no_grad_fix(function: cst.FunctionDef | None, ctx: Context) -> FixPlan | Non
 
 
 def unless_elsewhere(info: FunctionInfo | None, index: ModuleIndex, ctx: Context,
-                     module: str) -> Condition:
+                     module: str, forward: cst.Call | None = None) -> Condition:
     """What the rest of the project may show: a CPU project, callers in
-    other files that all disable grad, or that call a method only to train."""
+    other files that all disable grad, or hand the `forward` host inputs, or
+    that call a method only to train."""
     unless: Condition = UnlessProjectOnCpu.here(ctx)
     if info is not None and info.class_name is None and not index.call_sites(info):
         # called from other files only, perhaps all under no_grad
         unless = Either((unless, UnlessCallersDisableGrad(module, info.name)))
+        slots = forward_slots(info.node, forward) if forward is not None else None
+        if slots is not None:  # perhaps all handing it a CPU model and CPU inputs
+            unless = Either((unless, UnlessCallersGiveHostInputs(module, info.name, *slots)))
     elif info is not None and not index.call_sites(info):
         # a method called from other files, perhaps only by training steps
         unless = Either((unless, UnlessCalledToTrain(module, info.name)))

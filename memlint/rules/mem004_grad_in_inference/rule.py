@@ -304,7 +304,7 @@ class GradInInference(Rule):
                 continue
             reported.add(id(unit))
             info = self.index.info(unit.node) if unit.node is not None else None
-            unless = unless_elsewhere(info, self.index, self.ctx, self.facts.module)
+            unless = unless_elsewhere(info, self.index, self.ctx, self.facts.module, call)
             if unit.forward_class is not None and unit.forward_class not in self.index.classes:
                 # a class of another file, whose forward may disable grad itself
                 unless = Either((unless, UnlessForwardDisablesGrad(unit.forward_class)))
