@@ -200,3 +200,18 @@ def test_a_concatenation_over_the_batches_of_an_epoch_is_still_reported():
               "        out = model(x.cuda())\n        loss = crit(out, y)\n"
               "        loss.backward()\n        outs = torch.cat((outs, out))\n")
     assert [f.line for f in check_source(source, "train.py", ONLY_MEM003)] == [9]
+
+
+@pytest.mark.parametrize(("log", "reported"), [
+    ("    for idx, (key, value) in enumerate(loss_dict.items()):\n"
+     "        loss_dict[key] = value.item()\n", False),  # DBNet's log
+    ("    for key, value in loss_dict.items():\n        loss_dict[key] = float(value)\n", False),
+    ("    for key, value in other.items():\n        loss_dict[key] = value.item()\n", True),
+    ("    for key, value in loss_dict.items():\n        print(key, value.item())\n", True),
+])
+def test_a_dict_whose_every_item_was_made_a_number_keeps_no_graph(log, reported):
+    source = ("import torch\nmodel = torch.nn.Linear(4, 1).cuda()\ntrain_loss = 0.0\n"
+              "for x, y in loader:\n    loss_dict = criterion(model(x.cuda()), y)\n"
+              "    loss_dict['loss'].backward()\n" + log
+              + "    train_loss += loss_dict['loss']\n")
+    assert bool(check_source(source, "train.py", ONLY_MEM003)) is reported

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from memlint.analysis.autograd_values import BackwardFlows, Value, names_in
-from memlint.analysis.context import Loop
+from memlint.analysis.autograd_values import (BackwardFlows, Value, forget_rebound, names_in,
+                                              rebound)
+from memlint.analysis.context import Context, Loop
 from memlint.analysis.names import dotted_name
 
 
@@ -52,7 +53,18 @@ class Frame:
     backpropagated: set[str] = field(default_factory=set)
     #: of those, the names a backward ran through with `retain_graph`
     retained: set[str] = field(default_factory=set)
+    #: dicts whose every item was made a number (`for k, v in d.items(): d[k] = v.item()`)
+    numbers: set[str] = field(default_factory=set)
     backward_loops: set[int] = field(default_factory=set)  # back-propagating, not yet stepped
+
+    def after_assign(self, node: cst.Assign, ctx: Context) -> None:
+        """What an assignment rebinds is no longer back-propagated (nor numbers)."""
+        self.backpropagated = forget_rebound(self.backpropagated, node)
+        note_items_made_numbers(node, ctx, self)
+
+    def holds_numbers(self, stored: cst.BaseExpression) -> bool:
+        """An item of a dict whose every item was made a number."""
+        return type(stored) is cst.Subscript and dotted_name(stored.value) in self.numbers
 
     def run_backward(self, names: set[str], call: cst.Call) -> None:
         """A backward through `names`; `retain_graph` keeps the tensors they saved."""
@@ -107,3 +119,34 @@ def freed_by_backward(stored: cst.BaseExpression, frame: Frame) -> bool:
     freed the tensors its graph saved, so what the kept graph still holds is its
     nodes, growing by a chain every step, not the step's activations."""
     return bool(names_in(stored) & (frame.backpropagated - frame.retained))
+
+
+def note_items_made_numbers(node: cst.Assign, ctx: Context, frame: Frame) -> None:
+    """`for key, value in loss_dict.items(): loss_dict[key] = value.item()` (a
+    training step's log, DBNet's, mmdet's `parse_losses`) leaves numbers in
+    every item of the dict until it is bound again."""
+    frame.numbers -= rebound(node)
+    target = node.targets[0].target
+    if len(node.targets) != 1 or type(target) is not cst.Subscript or not ctx.loops \
+            or not _makes_a_number(node.value):
+        return
+    loop, owner = ctx.loops[-1], dotted_name(target.value)
+    if type(loop) is not cst.For:
+        return
+    iterated = loop.iter
+    if type(iterated) is cst.Call and dotted_name(iterated.func) == "enumerate" and iterated.args:
+        iterated = iterated.args[0].value
+    key = target.slice[0].slice if len(target.slice) == 1 else None
+    if owner is not None and type(iterated) is cst.Call \
+            and dotted_name(iterated.func) == f"{owner}.items" \
+            and isinstance(key, cst.Index) and type(key.value) is cst.Name \
+            and key.value.value in names_in(loop.target):
+        frame.numbers.add(owner)
+
+
+def _makes_a_number(value: cst.BaseExpression) -> bool:
+    if type(value) is not cst.Call:
+        return False
+    func = value.func
+    return (type(func) is cst.Attribute and func.attr.value == "item") or \
+        (type(func) is cst.Name and func.value in ("float", "int"))

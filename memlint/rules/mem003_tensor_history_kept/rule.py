@@ -5,8 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from memlint.analysis.autograd_values import (BACKWARD_METHODS, HISTORY_SCALAR, AutogradValues,
-                                              BackwardFlows, backpropagated, forget_rebound,
-                                              steps_an_optimizer)
+                                              BackwardFlows, backpropagated, steps_an_optimizer)
 from memlint.analysis.context import Context, Loop
 from memlint.analysis.models import is_forward_code
 from memlint.analysis.module_index import ModuleIndex
@@ -353,12 +352,13 @@ class TensorHistoryKept(Rule):
         for store in self.stores(node):
             self._check_store(store)
         if self.frames:
-            self.frames[-1].backpropagated = forget_rebound(self.frames[-1].backpropagated, node)
+            self.frames[-1].after_assign(node, self.ctx)
 
     def _check_store(self, store: Store) -> None:
         node, container, stored, verb, chain_of = store
         if self.ctx.grad_disabled or not self.ctx.names.imports("torch") \
-                or self.across.check(store, self.statement) or not self.ctx.in_loop:
+                or self.across.check(store, self.statement) or not self.ctx.in_loop \
+                or self.frames[-1].holds_numbers(stored):
             return
         owner = container_name(container)
         if owner is None:
