@@ -82,6 +82,9 @@ class HookKeepsActivations(Rule):
         # the module argument, not a tensor
         "import torch\nseen = []\ndef hook(module, inp, out):\n    seen.append(module)\n"
         "net.register_forward_hook(hook)",
+        # the argument rebound to its host copy first (llm-awq's input cache)
+        "import torch\nfeat = []\ndef hook(m, x, y):\n    x = x[0]\n    x = x.detach().cpu()\n"
+        "    feat.append(x)\nnet.register_forward_hook(hook)",
     ]
     INVALID = [
         "import torch\nnet = model = build().cuda()\nfeatures = []\n"
@@ -103,6 +106,9 @@ class HookKeepsActivations(Rule):
         "import torch\nnet = model = build().cuda()\nkept = []\n"
         "def hook(m, i, o):\n    a = o.flatten(1)\n    kept.append(a)\n"
         "net.register_forward_hook(hook)",
+        # the argument rebound to a part of itself, still on the GPU
+        "import torch\nnet = model = build().cuda()\nfeat = []\ndef hook(m, x, y):\n"
+        "    x = x[0]\n    feat.append(x)\nnet.register_forward_hook(hook)",
         # the input of a pre-hook
         "import torch\nnet = model = build().cuda()\n"
         "inputs = []\ndef pre(m, args):\n    inputs.extend(args)\n"
@@ -283,11 +289,9 @@ def _reads(stored: cst.BaseExpression, params: list[str], local: dict[str, cst.B
     name = dotted_name(node)
     if name is None:
         return False
-    if name in params[1:] or (len(params) == 1 and name == params[0]):
-        return True
-    if name in local and local[name] is not stored:
-        return _reads(local[name], params, local, depth + 1)
-    return False
+    if name in local and local[name] is not stored:  # rebound in the hook first
+        return _reads(local[name], params, local, depth + 1)  # (`x = x.detach().cpu()`)
+    return name in params[1:] or (len(params) == 1 and name == params[0])
 
 
 def _detached(stored: cst.BaseExpression) -> bool:
