@@ -215,3 +215,23 @@ def test_a_dict_whose_every_item_was_made_a_number_keeps_no_graph(log, reported)
               "    loss_dict['loss'].backward()\n" + log
               + "    train_loss += loss_dict['loss']\n")
     assert bool(check_source(source, "train.py", ONLY_MEM003)) is reported
+
+
+RESET_ON_FIRST = ("import torch\nmodel = torch.nn.Linear(4, 4).cuda()\nfor ep in range(10):\n"
+                  "    for {target} in {loop}:\n        loss = 0\n"
+                  "        for t in range(0, T, step):\n"
+                  "            im = model(x.cuda())\n            loss += crit(im, y.cuda())\n"
+                  "            if {first} == 0:\n                pred = im\n            else:\n"
+                  "                pred = torch.cat((pred, im), -1)\n"
+                  "        loss.backward()\n")
+
+
+@pytest.mark.parametrize(("target", "loop", "first", "reported"), [
+    ("x, y", "train_loader", "t", False),  # Transolver: made afresh at t == 0, per batch
+    ("i, (x, y)", "enumerate(train_loader)", "i", True),  # once per epoch: grows over batches
+])
+def test_a_container_made_at_the_first_iteration_lives_one_run_of_that_loop(
+        target, loop, first, reported):
+    source = RESET_ON_FIRST.format(target=target, loop=loop, first=first)
+    assert bool([f for f in check_source(source, "train.py", ONLY_MEM003)
+                 if "'pred'" in f.message]) is reported

@@ -126,10 +126,43 @@ def outlived_loops(ctx: Context, owner: str) -> list[Loop]:
     here = ctx.branches() if site is not None and site.branches else ()
     while site is not None and here and other_branch(site.branches, here):
         # `if acc is None: acc = out` / `else: acc = torch.cat((acc, out))`: the
-        # value the `else` grows comes from an earlier iteration
+        # value the `else` grows comes from an earlier iteration ...
+        for position, loop in enumerate(ctx.loops):
+            if _first_iteration_of(loop, site.branches):
+                # ... of this run of the loop only, where `if t == 0: pred = im`
+                # makes it afresh (Transolver's rollout, per batch)
+                return ctx.loops[position:]
         site = site.previous
     bound_in = site.loops if site is not None else ()
     return [loop for loop in ctx.loops if not any(loop is b for b in bound_in)]
+
+
+def _first_iteration_of(loop: Loop, branches: tuple[tuple[cst.If, cst.CSTNode], ...]) -> bool:
+    """Whether an assignment in `branches` runs on the first iteration of
+    `loop` only: the body of `if t == 0:` in `for t in range(0, T)` (or
+    `range(T)`, `enumerate(...)`)."""
+    if type(loop) is not cst.For or type(loop.target) not in (cst.Name, cst.Tuple):
+        return False
+    iterable = loop.iter
+    counter: cst.BaseExpression = loop.target
+    if type(iterable) is cst.Call and dotted_name(iterable.func) == "enumerate" \
+            and type(counter) is cst.Tuple and counter.elements:
+        counter = counter.elements[0].value  # `for i, batch in enumerate(...)`
+    elif not (type(iterable) is cst.Call and dotted_name(iterable.func) == "range"
+              and (len(iterable.args) == 1 or (type(iterable.args[0].value) is cst.Integer
+                                               and iterable.args[0].value.value == "0"))):
+        return False
+    if type(counter) is not cst.Name:
+        return False
+    for chain, block in branches:
+        test = chain.test
+        if block is chain.body and type(test) is cst.Comparison and len(test.comparisons) == 1 \
+                and type(test.comparisons[0].operator) is cst.Equal:
+            sides = (test.left, test.comparisons[0].comparator)
+            if any(type(a) is cst.Name and a.value == counter.value and type(b) is cst.Integer
+                   and b.value == "0" for a, b in (sides, sides[::-1])):
+                return True
+    return False
 
 
 def loop_header(loop: cst.For) -> str:
