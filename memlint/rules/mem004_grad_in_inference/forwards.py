@@ -67,6 +67,8 @@ class Unit:
     wants_grad: bool = False
     #: the first unguarded forward ran after a `.eval()` of its model
     forward_after_eval: bool = False
+    #: the `.eval()` calls a closure inherits from the function it is defined in
+    inherited_evals: frozenset[int] = frozenset()
     #: a backward (or `requires_grad = True`) comes after that forward
     grad_after_forward: bool = False
     #: models whose every parameter it sets `requires_grad = False`

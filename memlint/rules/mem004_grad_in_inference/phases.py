@@ -102,6 +102,18 @@ def unless_elsewhere(info: FunctionInfo | None, index: ModuleIndex, ctx: Context
     return unless
 
 
+def own_eval(unit: Unit) -> bool:
+    """Whether the unit's forward runs after an `.eval()` of its own (a
+    function that evaluates when asked: `if train: net.train() else:
+    net.eval()`), not one of the function a closure is defined in: a caller
+    back-propagating such a function's result in one call says nothing of
+    another call's, while a closure's mode is its maker's (an inverse
+    problem optimising through `model_`, defined after `model.eval()`)."""
+    if not unit.forward_after_eval or unit.forward is None:
+        return False
+    return id(unit.eval_calls.get(unit.forward[2])) not in unit.inherited_evals
+
+
 def part_of_training(info: FunctionInfo, index: ModuleIndex,
                      flows: Callable[[], BackwardFlows]) -> bool:
     """A function whose result a caller here back-propagates, or that a

@@ -22,7 +22,7 @@ from memlint.rules.mem004_grad_in_inference.forwards import (VOLATILE_TOO, Forwa
                                                              is_false, is_volatile)
 from memlint.rules.mem004_grad_in_inference.phases import (
     GRAD_METHODS, LIGHTNING_HOOK, TORCH_ROOTS, after_train_call, evaluates_after_training,
-    inference_through_helpers, is_inference_name, no_grad_fix, part_of_training,
+    inference_through_helpers, is_inference_name, no_grad_fix, own_eval, part_of_training,
     unless_elsewhere)
 
 
@@ -82,6 +82,7 @@ class GradInInference(Rule):
             # the mode they are in there (`inception.eval()`, then `get_pred`)
             outer = self.units[-1]
             unit.evaluated, unit.eval_calls = dict(outer.evaluated), dict(outer.eval_calls)
+            unit.inherited_evals = frozenset(map(id, outer.eval_calls.values()))
         self.units.append(unit)
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -392,8 +393,8 @@ class GradInInference(Rule):
             return False
         if self.index.only_traced(info):
             return True  # a wrapper handed to `torch.onnx.export`: one forward, to trace it
-        if part_of_training(info, self.index, self.flows) or (
+        if (not own_eval(unit) and part_of_training(info, self.index, self.flows)) or (
                 not unit.forward_after_eval and self.forwards.is_model_method(unit,
                                                                               self.grad_users)):
-            return True  # a caller back-propagates its result: no inference, eval() or not
+            return True  # a caller back-propagates its result: no inference
         return self.index.grad_disabled_by_callers(info)
