@@ -942,3 +942,21 @@ def test_a_helper_whose_callers_hand_it_host_inputs_runs_its_forward_on_the_cpu(
         "import torch\nfrom utils import get_model_summary\n" + caller
         + "model = torch.nn.DataParallel(model).cuda()\n")  # moved after: a GPU program
     assert codes(tmp_path) == ([("utils.py", 4, "MEM004")] if reported else [])
+
+
+@pytest.mark.parametrize(("moved", "reported"), [
+    ("self.device", False),  # whisper's notebook: the items may be CUDA tensors, unpinnable
+    ("torch.float32", True),  # a dtype: host items, copied in the loop, worth pinning
+])
+def test_a_data_set_that_moves_its_items_to_a_device_gives_no_batches_to_pin(moved, reported):
+    source = ("import torch\nfrom torchvision.io import read_image\n"
+              "DEVICE = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+              "class Frames(torch.utils.data.Dataset):\n"
+              "    def __init__(self, paths, device=DEVICE):\n"
+              "        self.paths, self.device = paths, device\n"
+              "    def __getitem__(self, i):\n"
+              f"        return read_image(self.paths[i]).to({moved})\n"
+              "loader = torch.utils.data.DataLoader(Frames(paths), batch_size=16, num_workers=0)\n"
+              "for x in loader:\n    model(x.to(DEVICE))\n")
+    found = [f.code for f in check_source(source, "eval.py") if f.code == "MEM005"]
+    assert found == (["MEM005"] if reported else [])

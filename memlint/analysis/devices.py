@@ -17,7 +17,8 @@ from memlint.analysis.models import built_kind, called_kind
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import ModuleFacts
-from memlint.analysis.torch_api import (CUDA_TENSOR_TYPES, CURRENT_CUDA_DEVICE, DEVICE_FACTORIES,
+from memlint.analysis.torch_api import (CUDA_TENSOR_TYPES, CURRENT_CUDA_DEVICE,
+                                        DATASET_ITEM_METHODS, DEVICE_FACTORIES,
                                         DEVICE_FACTORY, HOST_COPIES, INDEX_RANGES,
                                         TENSOR_DATASETS)
 
@@ -199,7 +200,7 @@ class ModelPlacements:
             return
         name = dotted_name(func.value)
         if name is not None:
-            self._moves[(id(self.ctx.scope.node), name)] = _moved_onto_cuda(
+            self._moves[(id(self.ctx.scope.node), name)] = moved_onto_cuda(
                 node, func.attr.value, self.ctx)
 
     def on_host(self, model: cst.BaseExpression) -> bool:
@@ -218,7 +219,7 @@ class ModelPlacements:
         while isinstance(built, cst.Call) and isinstance(built.func, cst.Attribute) \
                 and built.func.attr.value in _MODEL_CHAIN:
             if built.func.attr.value in ("to", "cuda", "cpu"):
-                return _moved_onto_cuda(built, built.func.attr.value, self.ctx) is False
+                return moved_onto_cuda(built, built.func.attr.value, self.ctx) is False
             built = built.func.value
         if not isinstance(built, cst.Call) or call_arg(built, "device") is not None \
                 or creates_on_cuda(built, self.ctx):
@@ -241,7 +242,7 @@ _UNMOVED = object()
 _MODEL_CHAIN = ("to", "cuda", "cpu", "eval", "train", "float", "double", "half")
 
 
-def _moved_onto_cuda(call: cst.Call, method: str, ctx: Context) -> bool | None:
+def moved_onto_cuda(call: cst.Call, method: str, ctx: Context) -> bool | None:
     """For `x.cuda()`, `x.cpu()`, `x.to(...)` (`method` names which): True onto
     a CUDA device, False onto the CPU or not a move at all
     (`x.to(torch.float64)`), None unknown."""
@@ -254,6 +255,17 @@ def _moved_onto_cuda(call: cst.Call, method: str, ctx: Context) -> bool | None:
     if qualified.startswith("torch.") and not qualified.startswith(DEVICE_FACTORY):
         return False  # a dtype: the model stays where it was
     return is_cuda_device(target.value, ctx)
+
+
+def item_moved_to_a_device(call: cst.Call, ctx: Context) -> bool:
+    """`.to(self.device)` (or `.cuda()`) in a data set's `__getitem__`, to a
+    device that may be a GPU: its items, and a loader's batches of them, may
+    be CUDA tensors, which cannot be pinned (whisper's LibriSpeech notebook;
+    where worker processes run it, MEM002's finding)."""
+    function, func = ctx.function, call.func
+    return function is not None and function.name.value in DATASET_ITEM_METHODS \
+        and type(func) is cst.Attribute and func.attr.value in ("to", "cuda") \
+        and moved_onto_cuda(call, func.attr.value, ctx) is not False
 
 
 def made_on_cuda(value: cst.BaseExpression, ctx: Context) -> bool:

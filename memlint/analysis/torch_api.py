@@ -159,6 +159,8 @@ RANK_STARTERS: frozenset[str] = frozenset({
     "torch.distributed.init_process_group", "torch.multiprocessing.spawn",
     "torch.nn.parallel.DistributedDataParallel"})
 
+#: the methods of a data set that a DataLoader's worker processes run
+DATASET_ITEM_METHODS: tuple[str, ...] = ("__getitem__", "__getitems__", "__iter__", "__next__")
 #: wrappers that scatter their inputs onto the GPUs (a host tensor given to one still
 #: runs the model there)
 DATA_PARALLEL_WRAPPERS: frozenset[str] = frozenset({

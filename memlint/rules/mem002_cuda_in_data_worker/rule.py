@@ -16,11 +16,10 @@ from memlint.analysis.module_index import PARTIALS, ClassInfo, FunctionInfo, Mod
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.project import UnlessLoadersRunInMainProcess
-from memlint.analysis.torch_api import CUDA_INITIALISERS, DATA_LOADERS
+from memlint.analysis.torch_api import CUDA_INITIALISERS, DATA_LOADERS, DATASET_ITEM_METHODS
 from memlint.rules.base import Rule, RuleOptions
 
 #: Dataset methods that run in the worker processes, once per sample or batch.
-_WORKER_METHODS = ("__getitem__", "__getitems__", "__iter__", "__next__")
 #: DataLoader arguments that run in the workers, with their positions.
 _WORKER_ARGUMENTS = (("collate_fn", 6), ("worker_init_fn", 10))
 
@@ -293,7 +292,7 @@ class CudaInDataWorker(Rule):
             note = self._workers_note(loaders) if loaders else ""
             if note is None:
                 continue  # every loader of it here runs in the main process
-            for method in _WORKER_METHODS:
+            for method in DATASET_ITEM_METHODS:
                 for function in self.index.methods_named(name, method)[:1]:
                     yield function, function.qualname, note
 

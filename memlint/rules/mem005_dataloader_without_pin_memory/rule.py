@@ -10,7 +10,8 @@ from memlint.analysis.context import Context
 from memlint.analysis.datasets import gives_media_samples
 from memlint.analysis.devices import (CudaReturns, callers_pass_cuda, cpu_default_parameter,
                                       creates_on_cuda, gives_host_tensors,
-                                      gives_no_host_tensors, is_cuda_device, moves_to_cuda,
+                                      gives_no_host_tensors, is_cuda_device,
+                                      item_moved_to_a_device, moves_to_cuda,
                                       names_cuda_literally, run_with)
 from memlint.analysis.flows import (GPU, STAY, UNKNOWN, ValueFlows, collate_moves_to_device,
                                     root_name)
@@ -22,7 +23,7 @@ from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatchesOnHost,
                                       UnlessNoCalleeCopiesToCuda, UnlessNoImporterCopiesToCuda,
                                       UnlessProjectOnCpu)
-from memlint.analysis.torch_api import DATA_LOADERS, SET_DEFAULT_DEVICE
+from memlint.analysis.torch_api import DATA_LOADERS, DATASET_ITEM_METHODS, SET_DEFAULT_DEVICE
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.mem005_dataloader_without_pin_memory.facts import UnlessOnlyCalledHere
@@ -217,6 +218,8 @@ class DataLoaderWithoutPinMemory(Rule):
         elif creates_on_cuda(node, self.ctx):
             self._note_dataset_on_gpu()
             copies = True
+        elif item_moved_to_a_device(node, self.ctx):
+            self._note_dataset_on_gpu()
         elif self.ctx.qualify(node.func) in SET_DEFAULT_DEVICE and node.args:
             copies = is_cuda_device(node.args[0].value, self.ctx) is True
         if copies:
@@ -226,7 +229,8 @@ class DataLoaderWithoutPinMemory(Rule):
 
     def _note_dataset_on_gpu(self) -> None:
         function, class_def = self.ctx.function, self.ctx.class_def
-        if function is not None and function.name.value == "__init__" and class_def is not None:
+        if function is not None and class_def is not None \
+                and function.name.value in ("__init__", *DATASET_ITEM_METHODS):
             self.gpu_dataset_classes.add(class_def.name.value)
 
     def _check_loader(self, node: cst.Call) -> None:
