@@ -20,8 +20,11 @@ from memlint.analysis.project import Condition, Project, ast_dotted_name, read_t
 
 #: a definition of a class or function, as its file's bytes show it
 _DEFINITION = re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.MULTILINE)
-#: how far and how wide the search follows calls (a data set, its reader, a helper)
-_DEPTH, _NAMES = 4, 64
+#: how far and how wide the search follows calls (a data set, its reader, a helper),
+#: and how many definitions a name may have to be followed: a reader class or a
+#: `read_image` helper is defined once or twice; `forward`, `get` or `__init__`
+#: in most files of a large project, which would mean parsing all of them
+_DEPTH, _NAMES, _DEFINED_AT_MOST, _FILES = 4, 64, 2, 24
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ class MediaSources:
         return False
 
     def _definitions(self, name: str) -> list[_Definition]:
+        """The definitions of `name` in the project, none for a name defined in
+        more than `_DEFINED_AT_MOST` files or once `_FILES` files were read."""
         if self._defined_in is None:
             self._defined_in = {}
             for facts in self.project.modules:
@@ -111,8 +116,10 @@ class MediaSources:
                     continue
                 for match in _DEFINITION.finditer(data):
                     self._defined_in.setdefault(match.group(1).decode(), []).append(facts.path)
-        return [definition for path in self._defined_in.get(name, ())
-                for definition in self._read(path).get(name, ())]
+        paths = self._defined_in.get(name, ())
+        if len(paths) > _DEFINED_AT_MOST or len(self._files) + len(paths) > _FILES:
+            return []
+        return [definition for path in paths for definition in self._read(path).get(name, ())]
 
     def _read(self, path: str) -> dict[str, list[_Definition]]:
         found = self._files.get(path)
