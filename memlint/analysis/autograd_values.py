@@ -529,22 +529,25 @@ class AutogradValues:
         return key
 
 
+def number_made_of(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`x` of `x.item()`, `float(x)` or `int(x)`: what the call makes a number of."""
+    if type(value) is not cst.Call:
+        return None
+    func = value.func
+    if type(func) is cst.Attribute and func.attr.value == "item" and not value.args:
+        return func.value
+    if type(func) is cst.Name and func.value in ("float", "int") and len(value.args) == 1:
+        return value.args[0].value
+    return None
+
+
 def _number_in_one_arm(node: cst.IfExp) -> bool:
     """`x.item() if c else x` (or `float(x)`): the code turns `x` into a number
     on the branch where it is a tensor, so on the other it already is one
     (PyCIL's `flat_loss` is the float 0.0 in the first task, a tensor after)."""
     for converted, kept in ((node.body, node.orelse), (node.orelse, node.body)):
-        if type(converted) is not cst.Call:
-            continue
-        func = converted.func
-        if type(func) is cst.Attribute and func.attr.value == "item" and not converted.args:
-            value: cst.BaseExpression = func.value
-        elif type(func) is cst.Name and func.value in ("float", "int") \
-                and len(converted.args) == 1:
-            value = converted.args[0].value
-        else:
-            continue
-        if kept.deep_equals(value):
+        value = number_made_of(converted)
+        if value is not None and kept.deep_equals(value):
             return True
     return False
 

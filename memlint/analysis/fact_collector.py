@@ -134,8 +134,10 @@ class FactCollector:
         callee = self.imported_name(written) or written
         if callee.startswith(("self.", "cls.", "torch.")):
             return
-        self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written,
-                                         self._places(node)))
+        # only a callee reached through an import names another file's function
+        # (`Project.calls_of`): `print(x)` and `len(x)` need no places
+        places = self._places(node) if "." in callee else ""
+        self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written, places))
 
     def _places(self, node: cst.Call) -> str:
         """`CallFact.places`: read from each argument's own binding only (a
@@ -147,12 +149,12 @@ class FactCollector:
             value = self.ctx.resolve(arg.value)
             if type(value) is not cst.Call:
                 places += "?"
-            elif made_on_cuda(value, self.ctx) or \
-                    self.ctx.qualify(value.func) in DATA_PARALLEL_WRAPPERS:
+                continue
+            qualified = self.ctx.qualify(value.func)
+            if made_on_cuda(value, self.ctx) or qualified in DATA_PARALLEL_WRAPPERS:
                 places += "c"
             elif (type(value.func) is cst.Attribute and value.func.attr.value == "cpu") or (
-                    self.ctx.qualify(value.func) in HOST_FACTORIES
-                    and call_arg(value, "device") is None):
+                    qualified in HOST_FACTORIES and call_arg(value, "device") is None):
                 places += "h"
             else:
                 places += "?"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from memlint.analysis.autograd_values import (BackwardFlows, Value, forget_rebound, names_in,
-                                              rebound)
+                                              number_made_of, rebound)
 from memlint.analysis.context import Context, Loop
 from memlint.analysis.names import dotted_name
 
@@ -128,7 +128,7 @@ def note_items_made_numbers(node: cst.Assign, ctx: Context, frame: Frame) -> Non
     frame.numbers -= rebound(node)
     target = node.targets[0].target
     if len(node.targets) != 1 or type(target) is not cst.Subscript or not ctx.loops \
-            or not _makes_a_number(node.value):
+            or number_made_of(node.value) is None:
         return
     loop, owner = ctx.loops[-1], dotted_name(target.value)
     if type(loop) is not cst.For:
@@ -142,11 +142,3 @@ def note_items_made_numbers(node: cst.Assign, ctx: Context, frame: Frame) -> Non
             and isinstance(key, cst.Index) and type(key.value) is cst.Name \
             and key.value.value in names_in(loop.target):
         frame.numbers.add(owner)
-
-
-def _makes_a_number(value: cst.BaseExpression) -> bool:
-    if type(value) is not cst.Call:
-        return False
-    func = value.func
-    return (type(func) is cst.Attribute and func.attr.value == "item") or \
-        (type(func) is cst.Name and func.value in ("float", "int"))
