@@ -5,6 +5,7 @@ keeps the walk-order state the rule needs for it."""
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import libcst as cst
@@ -339,3 +340,11 @@ def chained_as_model(ctx: Context, model_uses: set[str]) -> bool:
     """`torch.load(p).cuda()`, `torch.load(p).eval()`."""
     parent = ctx.parent
     return isinstance(parent, cst.Attribute) and parent.attr.value in model_uses
+
+
+#: What is done to a model and not to a dict of tensors.
+MODEL_USES = {"cuda", "to", "eval", "train", "parameters", "named_parameters", "forward",
+              "modules", "children", "half", "float", "zero_grad", "generate", "predict"}
+#: Files that hold data, caches or bookkeeping rather than GPU tensors.
+DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|scheduler|slices|"
+                       r"^data$|\.data$|_data$|^data_|^images$|^labels$)", re.IGNORECASE)

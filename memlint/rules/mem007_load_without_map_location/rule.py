@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import libcst as cst
 
 from memlint.analysis.autograd_values import names_in
@@ -22,8 +21,8 @@ from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.mem007_load_without_map_location.facts import (
-    SavesSeen, Load, assigned_name, becomes_the_model, builds_a_module, chained_as_model,
-    is_engine, kept_alive, loaded_into)
+    DATA_FILE, MODEL_USES, SavesSeen, Load, assigned_name, becomes_the_model, builds_a_module,
+    chained_as_model, is_engine, kept_alive, loaded_into)
 from memlint.rules.rewrites import with_keyword
 
 
@@ -54,6 +53,12 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     KEPT = ("torch.load() without map_location: '{name}' keeps the checkpoint on the GPU it was "
             "saved from while the loop below runs, a second copy of the weights (and optimizer "
             "state) beside the model's; pass map_location=\"cpu\" or del '{name}' once copied")
+    OPTION_DEVICE = ("torch.load() without map_location while the device is chosen by {option}: "
+                     "this program saves its checkpoints from the GPU, and loading one without "
+                     "{option} restores it onto that GPU although the module is on the CPU (a "
+                     "CUDA context and a copy of the weights the run does not use; the load fails "
+                     "on a host without CUDA), and with {option} a second copy while "
+                     "load_state_dict copies it; pass map_location=\"cpu\"")
     TRANSIENT = ("torch.load() without map_location in one process: a transient second copy of "
                  "the checkpoint on the GPU it was saved from while load_state_dict copies it "
                  "(as large as the weights); pass map_location=\"cpu\"")
@@ -212,7 +217,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             return  # optimizer.load_state_dict keeps each state where its parameter is
         if into is not None and is_engine(into, self.ctx):
             return  # a TensorRT engine's state (torch2trt's TRTModule): bytes and names
-        model = "<chained>" if chained_as_model(self.ctx, _MODEL_USES) \
+        model = "<chained>" if chained_as_model(self.ctx, MODEL_USES) \
             else assigned_name(self.ctx)
         key = path_key(node.args[0].value) if node.args else None
         statement = self.statement()
@@ -254,7 +259,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
                 self.copied_into_modules.setdefault(root, name)
         if name.endswith(("Dataset", "DataLoader")):
             self.used_as_data.update(filter(None, (root_name(arg.value) for arg in node.args)))
-        if receiver is None or method in _MODEL_USES:
+        if receiver is None or method in MODEL_USES:
             self.used_as_model.add(name)
 
     def _copied_into(self, model: str | None) -> str | None:
@@ -335,6 +340,12 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             message = self.CPU_TARGET
             related.append((move,
                             f"'{target}' goes to the GPU only here, after the load"))
+        elif copied and self.saved_maybe_gpu and self.ctx.facts is not None \
+                and self.ctx.facts.cuda_options:
+            # the device is an option, off unless given: the program saves
+            # checkpoints from the GPU when run with it, and loads one into a
+            # module on the CPU when run without it (pytorch/examples DCGAN)
+            message = self.OPTION_DEVICE.format(option=f"--{min(self.ctx.facts.cuda_options)}")
         else:
             # one process, the checkpoint back on the GPU it came from: a copy as
             # large as the weights, worth changing where the model is big and
@@ -360,7 +371,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             names += [n for t in parent.targets for n in names_in(t.target)]
         if isinstance(parent, cst.Subscript):  # `torch.load(p)["images"]`
             names.append(literal_key(parent) or "")
-        if any(_DATA_FILE.search(name) for name in names if name):
+        if any(DATA_FILE.search(name) for name in names if name):
             return True
         function, class_def = self.ctx.function, self.ctx.class_def
         if function is not None and defines_method(class_def, "__getitem__"):
@@ -385,10 +396,3 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             if owner is not None and name is not None:
                 self.entries_taken.setdefault(owner, set()).add(name)
 
-
-#: What is done to a model and not to a dict of tensors.
-_MODEL_USES = {"cuda", "to", "eval", "train", "parameters", "named_parameters", "forward",
-               "modules", "children", "half", "float", "zero_grad", "generate", "predict"}
-#: Files that hold data, caches or bookkeeping rather than GPU tensors.
-_DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|scheduler|slices|"
-                        r"^data$|\.data$|_data$|^data_|^images$|^labels$)", re.IGNORECASE)
