@@ -54,11 +54,11 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             "saved from while the loop below runs, a second copy of the weights (and optimizer "
             "state) beside the model's; pass map_location=\"cpu\" or del '{name}' once copied")
     OPTION_DEVICE = ("torch.load() without map_location while the device is chosen by {option}: "
-                     "this program saves its checkpoints from the GPU, and loading one without "
-                     "{option} restores it onto that GPU although the module is on the CPU (a "
-                     "CUDA context and a copy of the weights the run does not use; the load fails "
-                     "on a host without CUDA), and with {option} a second copy while "
-                     "load_state_dict copies it; pass map_location=\"cpu\"")
+                     "this program saves its checkpoints from the GPU, and run without {option} "
+                     "it restores one onto that GPU although the module is on the CPU (a CUDA "
+                     "context, ~600 MiB, and a copy of the weights in a run meant for the CPU; "
+                     "the load fails on a host without CUDA), and with {option} a second copy "
+                     "while load_state_dict copies it; pass map_location=\"cpu\"")
     TRANSIENT = ("torch.load() without map_location in one process: a transient second copy of "
                  "the checkpoint on the GPU it was saved from while load_state_dict copies it "
                  "(as large as the weights); pass map_location=\"cpu\"")
