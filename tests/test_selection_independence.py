@@ -87,3 +87,35 @@ def test_a_file_checked_alone_gets_its_findings_of_a_whole_tree_check(project, s
     alone = _found(project / "evaluate.py", chosen)
     assert alone == whole
     assert {f for f in _found(project, chosen) if f[0] == "evaluate.py"} == whole
+
+
+def _walked_rules(monkeypatch, settings: Settings, source: str) -> list[str]:
+    """The rules `analyse_source` parses the file for (selected or informing)."""
+    from memlint.engine import parsed
+
+    walked: list[str] = []
+    real = parsed.check_parsed
+
+    def recording(source, path, settings, noqa, codes, facts, informants=None):
+        walked.extend([*codes, *(informants or [])])
+        return real(source, path, settings, noqa, codes, facts, informants)
+
+    monkeypatch.setattr(parsed, "check_parsed", recording)
+    from memlint.engine.source import analyse_source
+    analyse_source(source, "train.py", settings)
+    return walked
+
+
+def test_a_rule_selected_nowhere_is_not_walked_for_its_facts(monkeypatch):
+    """MEM003's facts (what functions return, what callers pass) are read only
+    by MEM003's findings: in a run that selects it for no file, walking it
+    would cost a fifth of the rules' walk and tell nobody anything."""
+    elsewhere = _walked_rules(monkeypatch, Settings(ignore=("MEM003",)), TRAIN)
+    assert "MEM007" in elsewhere and "MEM003" not in elsewhere
+    assert "MEM003" in _walked_rules(monkeypatch, Settings(), TRAIN)
+
+
+def test_a_rule_ignored_for_one_file_still_informs_from_it(monkeypatch):
+    """Ignored for this file only, MEM003 still tells the others what it does."""
+    ignored_here = Settings(per_file_ignores={"train.py": ("MEM003",)})
+    assert "MEM003" in _walked_rules(monkeypatch, ignored_here, TRAIN)

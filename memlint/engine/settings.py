@@ -58,6 +58,13 @@ class Settings:
         or when its code is selected by name, as for a whole rule in preview."""
         return self.preview or code in (*self.select, *self.extend_select)
 
+    @cached_property
+    def selected_anywhere(self) -> frozenset[str]:
+        """The codes some file of the run may be checked for (`per-file-ignores`
+        only take away): a rule's facts are read only by its own findings, so
+        a rule selected nowhere has nothing to tell other files."""
+        return self.selected_codes()
+
     def walks(self, code: str) -> bool:
         """Whether this process walks rule `code` (selected or giving facts)."""
         return self.walked is None or code in self.walked

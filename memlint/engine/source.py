@@ -57,7 +57,9 @@ def analyse_source(source: str | bytes, path: str, settings: Settings | None = N
                         mentions_cuda(source, lowered), runs_distributed(source, lowered),
                         imported_modules(source), ".cuda(" in source or ".to(" in source,
                         defines=top_level_functions(source))
-    screened = [entry for entry in CATALOGUE if (entry.code in selected or entry.gives_facts)
+    screened = [entry for entry in CATALOGUE
+                if (entry.code in selected
+                    or entry.gives_facts and entry.code in settings.selected_anywhere)
                 and settings.walks(entry.code) and entry.wants(source, lowered)]
     wanted = [entry.code for entry in screened if entry.code in selected]
     informants = [entry.code for entry in screened

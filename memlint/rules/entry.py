@@ -19,8 +19,9 @@ class RuleEntry(NamedTuple):
     #: a screen that needs more than one keyword: (text, lower-cased text) -> bool
     screen: Callable[[str, str], bool] | None = None
     #: the rule also tells other files what this one does (what it saves, what its
-    #: functions return): it walks every file its screen passes, selected or not,
-    #: so that no file's findings depend on what is selected for another
+    #: functions return): in a run that selects it for any file it walks every
+    #: file its screen passes, selected there or not, so that no file's findings
+    #: depend on what is selected for another (only its own findings read them)
     gives_facts: bool = False
     #: about what its walk of a big model file costs, in percent of all
     #: rules' (`bench/walk_costs.py`): the editor server splits a file's
