@@ -510,6 +510,31 @@ def test_a_collate_function_is_judged_by_the_loaders_of_the_files_that_import_it
     assert found == ([("ch07.py", 3, "MEM002")] if reported else [])
 
 
+EVAL_DATA = ("import torch\nfrom torch.utils.data import Dataset\n"
+             "class IconQAEvalData(Dataset):\n"
+             "    def __getitem__(self, i):\n"
+             "        return self.images[i].cuda()\n")
+
+
+@pytest.mark.parametrize("loader, reported", [
+    ("DataLoader(data, batch_size=8, shuffle=False)", False),  # MiniGPT-4's eval_vqa.py
+    ("DataLoader(data, batch_size=8, num_workers=4)", True),
+    (None, True),  # no loader in the project: flagged where it is defined
+])
+def test_a_data_set_class_is_judged_by_the_loaders_of_the_files_that_import_it(
+        tmp_path, loader, reported):
+    """A data set whose `__getitem__` moves items to CUDA runs in a worker only
+    where a loader with workers is given it: another file's loaders decide."""
+    (tmp_path / "vqa_datasets.py").write_text(EVAL_DATA)
+    if loader is not None:
+        (tmp_path / "eval_vqa.py").write_text(
+            "import torch\nfrom torch.utils.data import DataLoader\n"
+            "from vqa_datasets import IconQAEvalData\n"
+            f"data = IconQAEvalData()\nloader = {loader}\n")
+    found = [c for c in codes(tmp_path) if c[2] == "MEM002"]
+    assert found == ([("vqa_datasets.py", 5, "MEM002")] if reported else [])
+
+
 MODEL = ("import torch\n"
          "class Model(torch.nn.Module):\n"
          "    def __init__(self):\n"

@@ -132,7 +132,8 @@ class ModuleFacts:
     #: functions this file's DataLoaders run in their workers that another
     #: module defines (`collate_fn=partial(custom_collate_fn, ...)` of an
     #: imported one), as imported (`pkg.ch07.custom_collate_fn`), each with
-    #: whether every such loader here runs in the main process (num_workers 0)
+    #: whether every such loader here runs in the main process (num_workers 0);
+    #: also the imported data set classes its loaders are given (`DataLoader(Faces())`)
     worker_functions: dict[str, bool] = field(default_factory=dict)
     #: functions (by name) that make a GPU the current device for the rest of
     #: the process (`torch.cuda.set_device`, `CUDA_VISIBLE_DEVICES`): a

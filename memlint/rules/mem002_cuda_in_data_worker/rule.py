@@ -230,30 +230,32 @@ class CudaInDataWorker(Rule):
                 flagged_statements.add(site.statement)  # `return x.cuda(), y.cuda()` once
                 entry = reached[site.unit][0]
                 unless = UnlessLoadersRunInMainProcess(
-                    self.facts.module, entry.name) \
+                    self.facts.module, entry.class_name or entry.name) \
                     if entry in self._loaded_elsewhere else None
                 self.report(site.node, _message(site, *reached[site.unit]), site.statement,
                             unless=unless)
 
     def _note_imported_worker_functions(self) -> None:
-        """Tell the project which imported functions this file's loaders run in
-        their workers, and whether those loaders all run in the main process."""
+        """Tell the project which imported functions and data set classes this
+        file's loaders run in their workers, and whether those loaders all run
+        in the main process."""
         collector = FactCollector.of(self.ctx)
         if collector is None:
             return
         for loader in self.loaders:
             main_process = self._workers_note([loader]) is None
-            for _, written, values in loader.worker_code:
-                for value in values:
-                    if type(value) is cst.Call and self.ctx.qualify(value.func) in PARTIALS \
-                            and value.args:
-                        value = value.args[0].value  # partial(custom_collate_fn, device=...)
-                    name = dotted_name(value)
-                    imported = collector.imported_name(name) if name else None
-                    if imported is None:
-                        continue
-                    known = collector.facts.worker_functions
-                    known[imported] = known.get(imported, True) and main_process
+            # the data set class it is given (`DataLoader(Faces(...))`) runs there too
+            dataset = [loader.dataset.func] if isinstance(loader.dataset, cst.Call) else []
+            for value in [*dataset, *(v for _, _, values in loader.worker_code for v in values)]:
+                if type(value) is cst.Call and self.ctx.qualify(value.func) in PARTIALS \
+                        and value.args:
+                    value = value.args[0].value  # partial(custom_collate_fn, device=...)
+                name = dotted_name(value)
+                imported = collector.imported_name(name) if name else None
+                if imported is None:
+                    continue
+                known = collector.facts.worker_functions
+                known[imported] = known.get(imported, True) and main_process
 
     def _workers_note(self, loaders: list[_Loader]) -> str | None:
         """None when every loader runs in the main process; else what the message
@@ -294,6 +296,8 @@ class CudaInDataWorker(Rule):
                 continue  # every loader of it here runs in the main process
             for method in DATASET_ITEM_METHODS:
                 for function in self.index.methods_named(name, method)[:1]:
+                    if not loaders:  # another file's loaders may run it in the main process
+                        self._loaded_elsewhere.add(function)
                     yield function, function.qualname, note
 
     def _loader_entries(self) -> Iterator[tuple[FunctionInfo, str, str]]:
