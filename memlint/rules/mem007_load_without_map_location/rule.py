@@ -12,6 +12,7 @@ from memlint.analysis.flows import root_name
 from memlint.analysis.gpu_selection import in_single_process_arm, reads_launcher_rank
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, defines_method, dotted_name
+from memlint.analysis.spawned import SpawnedCode
 from memlint.analysis.saved_files import (DATA_KEYS, OPTIMIZER_NAME, file_named_in, literal_key,
                                           path_key, strings_in)
 from memlint.analysis.project import (Condition, Either, UnlessProjectOnCpu,
@@ -171,7 +172,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     def __init__(self, ctx: Context, options: RuleOptions | None = None) -> None:
         Rule.__init__(self, ctx, options)
         SavesSeen.__init__(self)
-        self.index = ModuleIndex.of(ctx)
+        self.index, self.spawned = ModuleIndex.of(ctx), SpawnedCode.of(ctx)
         self.loads: list[Load] = []
         self.starts_ranks: cst.CSTNode | None = None  # a rank starter, a launcher's rank read
         self.rank_option: cst.Call | None = None  # `add_argument("--local_rank")`
@@ -318,7 +319,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             if path not in self.saved_maybe_gpu:
                 # the project's own checkpoints, if every saver moves weights to the CPU
                 unless = Either((unless, UnlessProjectSavesModelsOnCpu(self.facts.module)))
-            self._report_load(load, unless, copied, distributed and not load.single)
+            ranks = distributed and not load.single and not self.spawned.runs_once(load.function)
+            self._report_load(load, unless, copied, ranks)
 
     def _report_load(self, load: Load, unless: Condition, copied: bool, ranks: bool) -> None:
         """Say which cost applies: every rank on one GPU; a GPU copy of weights
