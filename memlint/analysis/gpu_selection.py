@@ -309,7 +309,7 @@ def single_process_test(test: cst.BaseExpression, ctx: Context) -> bool | None:
     operator, right = type(target.operator), _number_set(target.comparator)
     if right is None:
         return None
-    if "rank" in last:
+    if "rank" in last or last.endswith("process_index"):  # accelerate's, HF's rank
         if operator in (cst.Equal, cst.In, cst.LessThanEqual, cst.LessThan):
             return right <= {-1, 0} if operator in (cst.Equal, cst.In) else max(right) <= 0
         if operator is cst.NotEqual and right == {-1}:

@@ -345,6 +345,11 @@ def chained_as_model(ctx: Context, model_uses: set[str]) -> bool:
 #: What is done to a model and not to a dict of tensors.
 MODEL_USES = {"cuda", "to", "eval", "train", "parameters", "named_parameters", "forward",
               "modules", "children", "half", "float", "zero_grad", "generate", "predict"}
-#: Files that hold data, caches or bookkeeping rather than GPU tensors.
-DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|scheduler|slices|"
+#: What a schedule or a scaler (`GradScaler`, a feature scaler) restores: a few
+#: numbers, whose copy costs nothing wherever it lands.
+NUMBERS_STATE = re.compile(r"scheduler|scaler", re.IGNORECASE)
+#: Files that hold data, caches or bookkeeping rather than GPU tensors (random
+#: number generators' states are host byte tensors, also CUDA's).
+DATA_FILE = re.compile(r"(cache|vocab|corpus|dataset|processed|examples|scheduler|scaler|"
+                       r"rng_state|slices|"
                        r"^data$|\.data$|_data$|^data_|^images$|^labels$)", re.IGNORECASE)

@@ -22,7 +22,7 @@ from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.mem007_load_without_map_location.facts import (
-    DATA_FILE, MODEL_USES, SavesSeen, Load, assigned_name, becomes_the_model, builds_a_module,
+    DATA_FILE, MODEL_USES, NUMBERS_STATE, SavesSeen, Load, assigned_name, becomes_the_model, builds_a_module,
     chained_as_model, is_engine, kept_alive, loaded_into)
 from memlint.rules.rewrites import with_keyword
 
@@ -212,8 +212,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             return
         into = loaded_into(self.ctx)
         single = in_single_process_arm(self.ctx)
-        if into is not None and "scheduler" in into.lower():
-            return  # a learning-rate schedule's state: numbers, no tensors
+        if into is not None and NUMBERS_STATE.search(into):
+            return  # a schedule's or a GradScaler's state: numbers, no tensors
         if into is not None and OPTIMIZER_NAME.search(into) and single:
             return  # optimizer.load_state_dict keeps each state where its parameter is
         if into is not None and is_engine(into, self.ctx):
