@@ -22,8 +22,8 @@ from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.mem007_load_without_map_location.facts import (
-    DATA_FILE, MODEL_USES, NUMBERS_STATE, SavesSeen, Load, assigned_name, becomes_the_model, builds_a_module,
-    chained_as_model, is_engine, kept_alive, loaded_into)
+    DATA_FILE, MODEL_USES, NUMBERS_STATE, SavesSeen, Load, assigned_name, becomes_the_model,
+    builds_a_module, chained_as_model, is_engine, kept_alive, loaded_into)
 from memlint.rules.rewrites import with_keyword
 
 
