@@ -50,6 +50,9 @@ def _answers(code: str) -> list[tuple[str, str | None]]:
     # an import after a first question
     ("zeros(1)\nfrom torch import zeros\nzeros(2)\n",
      [("zeros", None), ("zeros", "torch.zeros"), ]),
+    # an import below a function is bound by the time the function runs
+    ("def f():\n    zeros(1)\nfrom torch import zeros\nzeros(2)\n",
+     [("zeros", "torch.zeros"), ("zeros", "torch.zeros")]),
     # a module-level rebinding forgets the import
     ("import torch as t\nt.ones(1)\nt = 3\nt.ones(2)\n",
      [("t.ones", "torch.ones"), ("t.ones", None)]),

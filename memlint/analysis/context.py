@@ -344,6 +344,22 @@ class Context:
         self.scopes.append(Scope(node))
         self._changes += 1
 
+    def _enter_module(self, node: cst.Module) -> None:
+        """A module's top-level imports bind their names before any of its
+        functions runs: `torch` imported below a function is `torch` in it
+        (medical_mae's `import torch.optim` after `evaluate`). Statements
+        above an import still run without it."""
+        defined = False
+        for statement in node.body:
+            defined = defined or type(statement) in (cst.FunctionDef, cst.ClassDef)
+            if defined and type(statement) is cst.SimpleStatementLine:
+                for small in statement.body:
+                    if type(small) is cst.Import:
+                        self.names.add_import(small)
+                    elif type(small) is cst.ImportFrom:
+                        self.names.add_import_from(small)
+        self._enter_scope(node)
+
     def _enter_function(self, node: cst.FunctionDef) -> None:
         scope = Scope(node)
         for decorator in node.decorators:
@@ -520,7 +536,7 @@ def _leave_if(ctx: Context, node: cst.If) -> None:
 
 
 _ENTER: dict[type, ContextHook] = {
-    cst.Module: Context._enter_scope,
+    cst.Module: Context._enter_module,
     cst.ClassDef: Context._enter_scope,
     cst.Lambda: Context._enter_scope,
     cst.FunctionDef: Context._enter_function,
