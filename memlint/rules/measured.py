@@ -136,6 +136,7 @@ HELDOUT_LISTINGS: tuple[str, ...] = (
     'heldout24_*',
     'heldout25_*',
     'heldout26_*',
+    'heldout27_*',
 )
 #: rules measured on some of those listings only (changed since the others)
 RULE_LISTINGS: dict[str, tuple[str, ...]] = {
@@ -147,61 +148,53 @@ RULE_LISTINGS: dict[str, tuple[str, ...]] = {
         'heldout24_*',
         'heldout25_*',
         'heldout26_*',
+        'heldout27_*',
     ),
-    'MEM002': (
-        'heldout20_*',
-        'heldout21_*',
-        'heldout22_*',
-        'heldout23_*',
-        'heldout24_*',
-        'heldout25_*',
-        'heldout26_*',
-    ),
-    'MEM003': ('heldout26_*',),
-    'MEM004': ('heldout26_*',),
-    'MEM005': ('heldout26_*',),
-    'MEM007': ('heldout24_*', 'heldout25_*', 'heldout26_*'),
-    'MEM009': ('heldout26_*',),
-    'MEM010': ('heldout26_*',),
+    'MEM002': ('heldout27_*',),
+    'MEM003': ('heldout26_*', 'heldout27_*'),
+    'MEM004': ('heldout26_*', 'heldout27_*'),
+    'MEM005': ('heldout26_*', 'heldout27_*'),
+    'MEM007': ('heldout27_*',),
+    'MEM009': ('heldout26_*', 'heldout27_*'),
+    'MEM010': ('heldout26_*', 'heldout27_*'),
 }
 #: what the figures are: which sets, judged at which commit, when; which corpus
-SOURCE = ('435 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*, '
+SOURCE = ('483 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*, '
           'heldout15_*, heldout16_*, heldout17_*, heldout18_*, heldout19_*, heldout20_*, '
-          'heldout21_*, heldout22_*, heldout23_*, heldout24_*, heldout25_*, heldout26_*) '
-          'judged at 912cbe8 and d923155 and 52aba62 and 7c8e542 and 1e559f3 and ccea863 '
-          'and 7be17bf and 32277c2 and eac6b24 and 496161f and aef53df and aef53df and '
-          'e181171 and a64f186 and a64f186 and 6fae751, 2026-11-28; frequency on the review'
-          ' corpus (561 repositories, 28972 files), 2026-11-27 (kept: the corpus was not '
-          'run again); MEM001 on heldout20_* and heldout21_* and heldout22_* and '
-          'heldout23_* and heldout24_* and heldout25_* and heldout26_* only, MEM002 on '
-          'heldout20_* and heldout21_* and heldout22_* and heldout23_* and heldout24_* and '
-          'heldout25_* and heldout26_* only, MEM003 on heldout26_* only, MEM004 on '
-          'heldout26_* only, MEM005 on heldout26_* only, MEM007 on heldout24_* and '
-          'heldout25_* and heldout26_* only, MEM009 on heldout26_* only, MEM010 on '
-          'heldout26_* only')
+          'heldout21_*, heldout22_*, heldout23_*, heldout24_*, heldout25_*, heldout26_*, '
+          'heldout27_*) judged at 912cbe8 and d923155 and 52aba62 and 7c8e542 and 1e559f3 '
+          'and ccea863 and 7be17bf and 32277c2 and eac6b24 and 496161f and aef53df and '
+          'aef53df and e181171 and a64f186 and a64f186 and 6fae751 and cce8379, 2026-11-28;'
+          ' frequency on the review corpus (561 repositories, 28972 files), 2026-11-27 '
+          '(kept: the corpus was not run again); MEM001 on heldout20_* and heldout21_* and '
+          'heldout22_* and heldout23_* and heldout24_* and heldout25_* and heldout26_* and '
+          'heldout27_* only, MEM002 on heldout27_* only, MEM003 on heldout26_* and '
+          'heldout27_* only, MEM004 on heldout26_* and heldout27_* only, MEM005 on '
+          'heldout26_* and heldout27_* only, MEM007 on heldout27_* only, MEM009 on '
+          'heldout26_* and heldout27_* only, MEM010 on heldout26_* and heldout27_* only')
 MEASURED: dict[str, Measured] = {
-    "MEM000": Measured(true=50, false=3, debatable=0,
+    "MEM000": Measured(true=53, false=3, debatable=0,
                       per_thousand_files=4.42),
-    "MEM001": Measured(true=3, false=24, debatable=30,
+    "MEM001": Measured(true=3, false=30, debatable=30,
                       per_thousand_files=5.70),
-    "MEM002": Measured(true=1, false=1, debatable=0,
+    "MEM002": Measured(true=0, false=0, debatable=0,
                       per_thousand_files=0.48),
-    "MEM003": Measured(true=1, false=4, debatable=2,
+    "MEM003": Measured(true=1, false=8, debatable=2,
                       per_thousand_files=1.97),
-    "MEM004": Measured(true=6, false=15, debatable=0,
+    "MEM004": Measured(true=11, false=21, debatable=2,
                       per_thousand_files=17.15),
-    "MEM005": Measured(true=1, false=0, debatable=1,
+    "MEM005": Measured(true=3, false=0, debatable=3,
                       per_thousand_files=46.84),
-    "MEM005 (preview variant)": Measured(true=22, false=14, debatable=11,
+    "MEM005 (preview variant)": Measured(true=67, false=16, debatable=64,
                       per_thousand_files=0.00),
-    "MEM007": Measured(true=13, false=6, debatable=2,
+    "MEM007": Measured(true=24, false=1, debatable=8,
                       per_thousand_files=42.49),
-    "MEM007 (preview variant)": Measured(true=88, false=28, debatable=82,
+    "MEM007 (preview variant)": Measured(true=29, false=6, debatable=38,
                       per_thousand_files=0.00),
-    "MEM008": Measured(true=4, false=15, debatable=2,
+    "MEM008": Measured(true=5, false=24, debatable=3,
                       per_thousand_files=0.59),
     "MEM009": Measured(true=0, false=0, debatable=0,
                       per_thousand_files=0.03),
-    "MEM010": Measured(true=0, false=0, debatable=1,
+    "MEM010": Measured(true=0, false=1, debatable=4,
                       per_thousand_files=0.86),
 }
