@@ -985,3 +985,30 @@ def test_a_data_set_that_moves_its_items_to_a_device_gives_no_batches_to_pin(mov
               "for x in loader:\n    model(x.to(DEVICE))\n")
     found = [f.code for f in check_source(source, "eval.py") if f.code == "MEM005"]
     assert found == (["MEM005"] if reported else [])
+
+
+RANKS_LOAD = ("import torch\nimport torch.distributed as dist\n"
+              "dist.init_process_group('nccl')\n"
+              "torch.cuda.set_device(dist.get_rank())\n"
+              "model = torch.nn.Linear(2, 2).cuda()\n"
+              "model.load_state_dict(torch.load('torch_model.ckpt'))\n")
+
+
+@pytest.mark.parametrize("saver, preview", [
+    ("torch.save(model.state_dict(), 'best.pt')", True),  # the loaded file: written elsewhere
+    ("torch.save(model.state_dict(), 'torch_model.ckpt')", False),  # written here, from the GPU
+    ("torch.save(model.state_dict(), args.out)", False),  # a save whose file is not shown
+])
+def test_a_checkpoint_no_save_of_the_project_writes_is_a_preview_variant(
+        tmp_path, saver, preview):
+    """TimesFM's published checkpoint, an `optimizer.pt` no script writes: the
+    device its tensors were saved from is not in the code."""
+    from memlint import Settings
+
+    (tmp_path / "evaluate.py").write_text(RANKS_LOAD)
+    (tmp_path / "train.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n" + saver + "\n")
+    found = [f for f in check_paths([str(tmp_path)], Settings(preview=True), jobs=1).findings
+             if f.code == "MEM007"]
+    assert [(Path(f.path).name, f.line, f.preview) for f in found] == \
+        [("evaluate.py", 6, preview)]

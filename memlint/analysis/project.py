@@ -111,6 +111,8 @@ class ModuleFacts:
     saves: dict[str, bool] = field(default_factory=dict)
     #: files it writes with `torch.save` (by name, as `saves`) holding an optimizer's state
     optimizer_saves: set[str] = field(default_factory=set)
+    #: a `torch.save` whose path spells no file name (`torch.save(sd, args.out)`)
+    saves_unnamed: bool = False
     #: each `torch.save` of model weights (not of an optimizer's, a
     #: scheduler's or the arguments), with whether it holds CPU values only
     model_saves: list[bool] = field(default_factory=list)
@@ -367,6 +369,25 @@ class UnlessSavedWithoutGpuTensors(Condition):
         verdicts = [cpu for facts in project.modules for name, cpu in facts.saves.items()
                     if same_file(name, self.file)]
         return bool(verdicts) and all(verdicts)
+
+
+@dataclass(frozen=True)
+class PreviewUnlessProjectWrites(Condition):
+    """A checkpoint loaded by a name no `torch.save` of the project writes,
+    where every save of the project spells its file name: an external file
+    (a published checkpoint, a resume file another tool wrote), whose
+    tensors' device the code does not show: a preview variant."""
+
+    file: str
+
+    def drops(self, project: Project) -> bool:
+        return False
+
+    def previews(self, project: Project) -> bool:
+        if not project.complete or any(f.saves_unnamed for f in project.modules):
+            return False
+        return not any(same_file(name, self.file)
+                       for facts in project.modules for name in facts.saves)
 
 
 @dataclass(frozen=True)

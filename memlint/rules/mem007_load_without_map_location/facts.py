@@ -72,6 +72,8 @@ class SavesSeen:
             or self._items_moved_to_cpu(saved) or made_here is True or moved_to_cpu
         file = file_named_in(path, self.ctx)
         collector = FactCollector.of(self.ctx)
+        if file is None and collector is not None:
+            collector.facts.saves_unnamed = True
         if file is not None and collector is not None:
             saves = collector.facts.saves
             saves[file] = saves.get(file, True) and on_cpu

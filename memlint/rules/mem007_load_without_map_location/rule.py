@@ -15,9 +15,9 @@ from memlint.analysis.names import call_arg, defines_method, dotted_name
 from memlint.analysis.spawned import SpawnedCode
 from memlint.analysis.saved_files import (DATA_KEYS, OPTIMIZER_NAME, file_named_in, literal_key,
                                           path_key, strings_in)
-from memlint.analysis.project import (Condition, Either, UnlessProjectOnCpu,
-                                      UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors,
-                                      UnlessSavedWithoutOptimizer)
+from memlint.analysis.project import (
+    Condition, Either, PreviewUnlessProjectWrites, UnlessProjectOnCpu,
+    UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors, UnlessSavedWithoutOptimizer)
 from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
@@ -34,13 +34,12 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     without CUDA). In one process, a checkpoint back on the GPU it came from
     (copied into a module, kept in a name while a loop runs, restored as it
     is) costs a copy as large as the weights: worth it for a large model
-    only, whose size the code does not show, so a note, in preview.
-
-    Left alone where the file cannot hold GPU tensors: it was saved in the same
-    file from CPU values (`.cpu()`, a model never moved to a GPU), it is a data
-    or cache file (`cached_features`, a data set's split or processed file,
-    `vocab`, `scheduler.pt`), it holds pretrained weights loaded while a module
-    is being built (`__init__`), or the project never mentions CUDA."""
+    only, whose size the code does not show, so a note, in preview; so is a
+    file no save of the project writes (its tensors' device is not shown).
+    Left alone where the file cannot hold GPU tensors: saved in the same file
+    from CPU values (`.cpu()`, a model never moved to a GPU), a data or cache
+    file (`cached_features`, a data set's split, `vocab`, `scheduler.pt`),
+    pretrained weights loaded while a module is built, or no CUDA anywhere."""
 
     code = "MEM007"
 
@@ -315,7 +314,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
                 continue  # a data set's split or samples, saved as tensors
             if load.file is not None and path not in self.saved_maybe_gpu:
                 # saved by another file of the project, perhaps from CPU values
-                unless = Either((unless, UnlessSavedWithoutGpuTensors(load.file)))
+                unless = Either((unless, UnlessSavedWithoutGpuTensors(load.file),
+                                 PreviewUnlessProjectWrites(load.file)))
             if path not in self.saved_maybe_gpu:
                 # the project's own checkpoints, if every saver moves weights to the CPU
                 unless = Either((unless, UnlessProjectSavesModelsOnCpu(self.facts.module)))
