@@ -200,6 +200,10 @@ def time_command(command: list[str]) -> tuple[float, float, subprocess.Completed
     return wall, cpu, done
 
 
+#: every rule, as `memlint check --preview` (`--preview`): the rules in preview too
+CHECKED = Settings()
+
+
 def memlint_command(jobs: int, root: str, cache_dir: str | None = None) -> list[str]:
     """The CLI if it exists; else the library behind it, in a fresh process alike.
     Cold (`--no-cache`) unless given a cache folder, where the CLI has a cache."""
@@ -207,7 +211,8 @@ def memlint_command(jobs: int, root: str, cache_dir: str | None = None) -> list[
         caching = []
         if (REPO / "memlint" / "engine" / "cache.py").exists():
             caching = ["--no-cache"] if cache_dir is None else ["--cache-dir", cache_dir]
-        return [sys.executable, "-m", "memlint", "check", f"-j{jobs}", *caching, root]
+        preview = ["--preview"] if CHECKED.preview else []
+        return [sys.executable, "-m", "memlint", "check", f"-j{jobs}", *caching, *preview, root]
     script = ("import sys; from memlint import check_paths; "
               "r = check_paths([sys.argv[1]], jobs=int(sys.argv[2])); "
               "print('\\n'.join(f'{f.path}:{f.line}: {f.code}' for f in r.findings))")
@@ -242,7 +247,7 @@ def profile_stages(root: str) -> list[tuple[str, float]]:
     profiling slows Python-level code far more than libcst's native parser, so
     read the shares, not the seconds."""
     profiler = cProfile.Profile()
-    profiler.runcall(check_paths, [root], Settings(), 1)
+    profiler.runcall(check_paths, [root], CHECKED, 1)
     profiler.dump_stats(str(CACHE / "profile.pstats"))
     stats = pstats.Stats(profiler).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
 
@@ -386,7 +391,11 @@ def main() -> int:
                              "run, and report the median ratio (default 3; 0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile check -j1 and print where the time goes")
+    parser.add_argument("--preview", action="store_true",
+                        help="check with every rule, those in preview too (`check --preview`)")
     args = parser.parse_args()
+    global CHECKED
+    CHECKED = Settings(preview=args.preview)
 
     wheel = ensure_corpus()
     torchfix_version = None if args.skip_torchfix else ensure_torchfix()
@@ -396,7 +405,7 @@ def main() -> int:
     load_before = os.getloadavg()
 
     print(f"corpus: {len(files)} files of {wheel} in {os.path.relpath(root, REPO)}", flush=True)
-    rows = time_per_file(files, Settings())
+    rows = time_per_file(files, CHECKED)
     floor_wall = sum(r["parse_s"] for r in rows)
     floor_cpu = sum(r["parse_cpu"] for r in rows)
     columns = [("libcst parse floor (in-process)", floor_wall, floor_cpu),
