@@ -127,11 +127,17 @@ def _tests_setting_off(test: cst.BaseExpression, ctx: Context) -> bool:
         and name.rsplit(".", 1)[-1] in ctx.facts.cuda_off_settings
 
 
+def gpu_option(facts: ModuleFacts | None) -> str | None:
+    """`--accel` where the file's GPU is behind an option that is off unless
+    given (the first by name, where it has several), else None."""
+    return f"--{min(facts.cuda_options)}" if facts is not None and facts.cuda_options else None
+
+
 def run_with(facts: ModuleFacts) -> str:
     """` when run with --accel` where the file's GPU is behind an option that
     is off unless given: the program runs there when used as meant."""
-    options = sorted(facts.cuda_options)
-    return f" when run with --{options[0]}" if options else ""
+    option = gpu_option(facts)
+    return f" when run with {option}" if option else ""
 
 
 def _file_mentions_cuda(ctx: Context) -> bool:

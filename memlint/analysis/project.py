@@ -366,8 +366,7 @@ class UnlessSavedWithoutGpuTensors(Condition):
     file: str
 
     def drops(self, project: Project) -> bool:
-        verdicts = [cpu for facts in project.modules for name, cpu in facts.saves.items()
-                    if same_file(name, self.file)]
+        verdicts = project.saves_of(self.file)
         return bool(verdicts) and all(verdicts)
 
 
@@ -386,8 +385,7 @@ class PreviewUnlessProjectWrites(Condition):
     def previews(self, project: Project) -> bool:
         if not project.complete or any(f.saves_unnamed for f in project.modules):
             return False
-        return not any(same_file(name, self.file)
-                       for facts in project.modules for name in facts.saves)
+        return not project.saves_of(self.file)
 
 
 @dataclass(frozen=True)
@@ -735,6 +733,13 @@ class Project:
             cuda = self._component_cuda[component] = any(
                 self._by_name[m].cuda_by_default for m in component)
         return cuda
+
+    def saves_of(self, file: str) -> list[bool]:
+        """For each file of the project that `torch.save`s a file this name
+        can be (`finetune_*_0.pkl` matches a template), whether it holds no
+        GPU tensors there."""
+        return [cpu for facts in self.modules for name, cpu in facts.saves.items()
+                if same_file(name, file)]
 
     def linked(self, module: str | None) -> list[ModuleFacts]:
         """The checked modules linked to `module` by imports, either way and

@@ -15,11 +15,10 @@ from memlint.analysis.context import Context
 from memlint.analysis.gpu_selection import reads_launcher_rank
 from memlint.analysis.module_index import FunctionInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
-from memlint.analysis.torch_api import RANK_STARTERS, RUNS_PER_GPU
+from memlint.analysis.torch_api import RANK_STARTERS, RUNS_PER_GPU, SPAWN
 
 #: how many calls deep a spawned function's own code is followed
 _DEPTH = 6
-_SPAWN = "torch.multiprocessing.spawn"
 
 
 class SpawnedCode:
@@ -40,7 +39,7 @@ class SpawnedCode:
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
-        if qualified == _SPAWN:
+        if qualified == SPAWN:
             target = call_arg(node, "fn", position=0)
             if target is not None:
                 self.targets.append(target.value)

@@ -155,8 +155,10 @@ RUNS_PER_GPU: frozenset[str] = frozenset({
     "deepspeed.init_distributed", "torch.distributed.launcher.api.elastic_launch"})
 #: calls that start or wrap one process per GPU (what a checkpoint load in the same
 #: program then does once per rank)
+#: starts one process per `nprocs` running a function (`mp.spawn(fn, ...)`)
+SPAWN = "torch.multiprocessing.spawn"
 RANK_STARTERS: frozenset[str] = frozenset({
-    "torch.distributed.init_process_group", "torch.multiprocessing.spawn",
+    "torch.distributed.init_process_group", SPAWN,
     "torch.nn.parallel.DistributedDataParallel"})
 
 #: the methods of a data set that a DataLoader's worker processes run

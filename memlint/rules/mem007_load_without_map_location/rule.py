@@ -7,7 +7,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
 from memlint.analysis.datasets import is_dataset_class
-from memlint.analysis.devices import string_value
+from memlint.analysis.devices import gpu_option, string_value
 from memlint.analysis.flows import root_name
 from memlint.analysis.gpu_selection import in_single_process_arm, reads_launcher_rank
 from memlint.analysis.module_index import ModuleIndex
@@ -342,12 +342,11 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             message = self.CPU_TARGET
             related.append((move,
                             f"'{target}' goes to the GPU only here, after the load"))
-        elif copied and self.saved_maybe_gpu and self.ctx.facts is not None \
-                and self.ctx.facts.cuda_options:
+        elif copied and self.saved_maybe_gpu and gpu_option(self.ctx.facts) is not None:
             # the device is an option, off unless given: the program saves
             # checkpoints from the GPU when run with it, and loads one into a
             # module on the CPU when run without it (pytorch/examples DCGAN)
-            message = self.OPTION_DEVICE.format(option=f"--{min(self.ctx.facts.cuda_options)}")
+            message = self.OPTION_DEVICE.format(option=gpu_option(self.ctx.facts))
         else:
             # one process, the checkpoint back on the GPU it came from: a copy as
             # large as the weights, worth changing where the model is big and
