@@ -1012,3 +1012,45 @@ def test_a_checkpoint_no_save_of_the_project_writes_is_a_preview_variant(
              if f.code == "MEM007"]
     assert [(Path(f.path).name, f.line, f.preview) for f in found] == \
         [("evaluate.py", 6, preview)]
+
+
+@pytest.mark.parametrize("saver_folder, preview", [
+    ("task_b", True),  # another task of a collection: a separate program
+    ("task_a", False),  # a script beside the loader
+    ("task_a/tools", False),  # a folder below the loader's
+    ("", False),  # a folder above it
+])
+def test_only_the_loaders_program_writes_its_files(tmp_path, saver_folder, preview):
+    """CodeXGLUE: `Defect-detection/code/run.py` resumes an `optimizer.pt`
+    that only `CodeCompletion/code/run_lm.py`, another task's script, writes;
+    the file the loader reads is not that one."""
+    from memlint import Settings
+
+    (tmp_path / "task_a").mkdir()
+    (tmp_path / "task_a" / "run.py").write_text(RANKS_LOAD)
+    (tmp_path / saver_folder).mkdir(parents=True, exist_ok=True)
+    (tmp_path / saver_folder / "train.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n"
+        "torch.save(model.state_dict(), 'torch_model.ckpt')\n")
+    found = [f for f in check_paths([str(tmp_path)], Settings(preview=True), jobs=1).findings
+             if f.code == "MEM007"]
+    assert [(Path(f.path).name, f.line, f.preview) for f in found] == [("run.py", 6, preview)]
+
+
+def test_another_programs_save_from_the_cpu_does_not_clear_a_load(tmp_path):
+    """A file of the same name saved from CPU values by another task's script
+    says nothing of what this task's own save (to a path it does not spell)
+    put in it."""
+    from memlint import Settings
+
+    for task, saved in (("task_a", "model.state_dict(), args.out"),
+                        ("task_b", "args, 'best.pt'")):
+        (tmp_path / task).mkdir()
+        (tmp_path / task / "train.py").write_text(
+            "import torch\nmodel = torch.nn.Linear(2, 2).cuda()\n"
+            f"torch.save({saved})\n")
+    (tmp_path / "task_a" / "evaluate.py").write_text(RANKS_LOAD.replace("torch_model.ckpt",
+                                                                        "best.pt"))
+    found = [f for f in check_paths([str(tmp_path)], Settings(preview=True), jobs=1).findings
+             if f.code == "MEM007"]
+    assert [(Path(f.path).name, f.preview) for f in found] == [("evaluate.py", False)]

@@ -364,9 +364,10 @@ class UnlessSavedWithoutGpuTensors(Condition):
     GPU tensors."""
 
     file: str
+    module: str | None = None  # the loading module: its program's saves count
 
     def drops(self, project: Project) -> bool:
-        verdicts = project.saves_of(self.file)
+        verdicts = project.saves_of(self.file, self.module)
         return bool(verdicts) and all(verdicts)
 
 
@@ -378,14 +379,16 @@ class PreviewUnlessProjectWrites(Condition):
     tensors' device the code does not show: a preview variant."""
 
     file: str
+    module: str | None = None  # the loading module: its program's saves count
 
     def drops(self, project: Project) -> bool:
         return False
 
     def previews(self, project: Project) -> bool:
-        if not project.complete or any(f.saves_unnamed for f in project.modules):
+        program = project.program_of(self.module)
+        if not project.complete or any(f.saves_unnamed for f in program):
             return False
-        return not project.saves_of(self.file)
+        return not project.saves_of(self.file, self.module)
 
 
 @dataclass(frozen=True)
@@ -396,10 +399,11 @@ class UnlessSavedWithoutOptimizer(Condition):
     unused."""
 
     file: str
+    module: str | None = None  # the loading module: its program's saves count
 
     def drops(self, project: Project) -> bool:
-        return not any(same_file(name, self.file)
-                       for facts in project.modules for name in facts.optimizer_saves)
+        return not any(same_file(name, self.file) for facts in project.program_of(self.module)
+                       for name in facts.optimizer_saves)
 
 
 @dataclass(frozen=True)
@@ -734,12 +738,29 @@ class Project:
                 self._by_name[m].cuda_by_default for m in component)
         return cuda
 
-    def saves_of(self, file: str) -> list[bool]:
-        """For each file of the project that `torch.save`s a file this name
-        can be (`finetune_*_0.pkl` matches a template), whether it holds no
-        GPU tensors there."""
-        return [cpu for facts in self.modules for name, cpu in facts.saves.items()
+    def saves_of(self, file: str, reader: str | None = None) -> list[bool]:
+        """For each file of the program of `reader` (of the project when it
+        is not known) that `torch.save`s a file this name can be
+        (`finetune_*_0.pkl` matches a template), whether it holds no GPU
+        tensors there."""
+        return [cpu for facts in self.program_of(reader) for name, cpu in facts.saves.items()
                 if same_file(name, file)]
+
+    def program_of(self, module: str | None) -> list[ModuleFacts]:
+        """The modules that may write the files `module` reads: those linked
+        to it by imports, and the scripts of its folder and of the folders
+        above and below it (`tools/train.py` saves what `tools/test.py`
+        loads). Not a sibling folder's scripts: a collection of tasks
+        (`Code-Code/Defect-detection/`, `Code-Code/CodeCompletion/`) are
+        separate programs, each reading only what it writes. Every module
+        when `module` is not known."""
+        facts = self._by_name.get(module) if module is not None else None
+        if facts is None:
+            return list(self.modules)
+        folder = os.path.dirname(facts.path)
+        linked = self._components.get(facts.module, frozenset())
+        return [other for other in self.modules
+                if other.module in linked or _nested(os.path.dirname(other.path), folder)]
 
     def linked(self, module: str | None) -> list[ModuleFacts]:
         """The checked modules linked to `module` by imports, either way and
@@ -1017,3 +1038,9 @@ def _same_module(named: list[str], defined: list[str]) -> bool:
     another root): one dotted path is a tail of the other."""
     shorter = min(len(named), len(defined))
     return shorter > 0 and named[-shorter:] == defined[-shorter:]
+
+
+def _nested(folder: str, other: str) -> bool:
+    """One folder is the other or lies inside it."""
+    inner, outer = sorted((folder, other), key=len, reverse=True)
+    return inner == outer or inner.startswith(outer.rstrip(os.sep) + os.sep)

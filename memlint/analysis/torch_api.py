@@ -174,6 +174,22 @@ DATA_PARALLEL_WRAPPERS: frozenset[str] = frozenset({
 LOADS: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"})
 SAVES: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
 
+# -- files fetched from elsewhere ---------------------------------------------------------
+
+#: calls that write a file fetched from a URL or a hub, with where they put it
+#: (position, keyword): what a load of that path reads is a published file
+DOWNLOADS_TO: dict[str, tuple[int, str]] = {
+    "urllib.request.urlretrieve": (1, "filename"),
+    "torch.hub.download_url_to_file": (1, "dst"),
+    "gdown.download": (1, "output"),
+    "wget.download": (1, "out"),
+}
+#: calls that fetch a file and return its local path
+DOWNLOADS_RETURNING: frozenset[str] = frozenset({
+    "huggingface_hub.hf_hub_download", "huggingface_hub.cached_download",
+    "huggingface_hub.file_download.hf_hub_download", "transformers.utils.cached_file",
+    "gdown.cached_download"})
+
 # -- `from torch import *` ----------------------------------------------------------------
 
 #: What `from <module> import *` brings that rules ask about: the public names

@@ -20,6 +20,7 @@ from memlint.analysis.saved_files import (
     LIBRARIES, calls_in, file_named_in, holds_an_optimizer, holds_arguments,
     holds_optimizer_state, holds_other_than_weights, is_item, moved_to_cpu, moves_to_cpu,
     path_key, saves_cpu_values)
+from memlint.analysis.torch_api import DOWNLOADS_RETURNING, DOWNLOADS_TO
 
 
 class Load(NamedTuple):
@@ -36,6 +37,7 @@ class Load(NamedTuple):
     kept: cst.CSTNode | None  # the loop that runs while its name is still bound
     class_name: str | None  # the class whose method loads it
     function: cst.FunctionDef | None  # the function that loads it (None: the top level)
+    fetched: bool  # a file the code downloads (`urlretrieve(url, path)`): a published one
 
 
 class SavesSeen:
@@ -61,6 +63,29 @@ class SavesSeen:
         self.items_on_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
         #: (function, name) of dicts given an entry not shown on the CPU
         self.entries_off_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
+        #: (function, path) of files downloaded so far (`urlretrieve(url, path)`)
+        self.downloaded: set[tuple[cst.FunctionDef | None, str]] = set()
+
+    def note_download(self, node: cst.Call, qualified: str | None) -> None:
+        """`urlretrieve(url, path)`: `path` then holds a file fetched from a
+        URL or a hub, saved by someone else on a device the code does not show."""
+        where = DOWNLOADS_TO.get(qualified or "")
+        destination = call_arg(node, where[1], position=where[0]) if where else None
+        key = path_key(destination.value) if destination is not None else None
+        if key is not None:
+            self.downloaded.add((self.ctx.function, key))
+
+    def fetched(self, path: cst.BaseExpression) -> bool:
+        """Whether a load's path names a downloaded file: one written by a
+        download call before it in the same function, or the path a hub
+        download returns (`torch.load(hf_hub_download(repo, "model.pt"))`,
+        also through a name bound to it)."""
+        key = path_key(path)
+        if key is not None and (self.ctx.function, key) in self.downloaded:
+            return True
+        name = dotted_name(path)
+        value = self.ctx.binding(name) if name is not None else path
+        return isinstance(value, cst.Call) and self.ctx.qualify(value.func) in DOWNLOADS_RETURNING
 
     def note_save(self, node: cst.Call) -> None:
         """`torch.save(value, path)`: whether `value` is on the CPU, for the

@@ -197,6 +197,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             else:
                 self.starts_ranks = node
         self._note_model_use(node)
+        self.note_download(node, qualified)
         if qualified in SAVES and len(node.args) >= 2:
             self.note_save(node)
             return
@@ -228,7 +229,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             set(self.moved_to_gpu),
             kept_alive(model, self.ctx.ancestors[:self.ctx.ancestors.index(statement) + 1])
             if model is not None and statement in self.ctx.ancestors else None,
-            class_def.name.value if class_def is not None else None, self.ctx.function))
+            class_def.name.value if class_def is not None else None, self.ctx.function,
+            bool(node.args) and self.fetched(node.args[0].value)))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if self.starts_ranks is None and reads_launcher_rank(node, self.ctx):
@@ -237,9 +239,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         if key is not None and OPTIMIZER_NAME.search(key):
             self.optimizer_entries.add(root_name(node.value) or "")
         if key is not None and key.lower() in DATA_KEYS:
-            root = root_name(node.value)
-            if root is not None:
-                self.used_as_data.add(root)
+            self.used_as_data.update(filter(None, [root_name(node.value)]))
 
     def _note_model_use(self, node: cst.Call) -> None:
         """`m.cuda()`, `m.eval()`, `m(x)` of a name: it holds a model;
@@ -285,7 +285,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             self.rank_read = True
 
     def finish(self) -> None:
-        distributed = self._ranks()
+        distributed, module = self._ranks(), self.facts.module
         for load in self.loads:
             node, model = load.node, load.model
             if load.into is not None and OPTIMIZER_NAME.search(load.into) and not distributed:
@@ -305,7 +305,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
                 taken = self.entries_taken.get(model or "", set())
                 if load.file is not None and not any(OPTIMIZER_NAME.search(t) for t in taken):
                     self.report(node, self.OPTIMIZER_KEPT, load.statement,
-                                Either((unless, UnlessSavedWithoutOptimizer(load.file))))
+                                Either((unless, UnlessSavedWithoutOptimizer(load.file, module))))
                 continue
             copied = load.into is not None or self._copied_into(model) is not None
             if not copied and (model in self.used_as_data or (
@@ -314,11 +314,11 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
                 continue  # a data set's split or samples, saved as tensors
             if load.file is not None and path not in self.saved_maybe_gpu:
                 # saved by another file of the project, perhaps from CPU values
-                unless = Either((unless, UnlessSavedWithoutGpuTensors(load.file),
-                                 PreviewUnlessProjectWrites(load.file)))
+                unless = Either((unless, UnlessSavedWithoutGpuTensors(load.file, module),
+                                 PreviewUnlessProjectWrites(load.file, module)))
             if path not in self.saved_maybe_gpu:
                 # the project's own checkpoints, if every saver moves weights to the CPU
-                unless = Either((unless, UnlessProjectSavesModelsOnCpu(self.facts.module)))
+                unless = Either((unless, UnlessProjectSavesModelsOnCpu(module)))
             ranks = distributed and not load.single and not self.spawned.runs_once(load.function)
             self._report_load(load, unless, copied, ranks)
 
@@ -326,7 +326,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         """Say which cost applies: every rank on one GPU; a GPU copy of weights
         meant for a module still on the CPU; a copy kept while a loop runs;
         in one process, the checkpoint kept, copied or restored on the GPU it
-        came from: a note, in preview."""
+        came from: a note, in preview; so is a downloaded file's load."""
         node = load.node
         target = load.into or self._copied_into(load.model)
         # moved in the function that loads it: a parameter's device is its callers'
@@ -360,7 +360,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
                 message = self.TRANSIENT if copied else self.RESTORED
         fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
                       ((node, with_keyword(node, "map_location", '"cpu"')),))
-        self.report(node, message, load.statement, unless, related, fix, severity, preview)
+        self.report(node, message, load.statement, unless, related, fix, severity,
+                    preview or load.fetched)
 
     def _holds_no_gpu_tensors(self, node: cst.Call) -> bool:
         """A data or cache file, or pretrained weights loaded while a module is built."""
