@@ -998,6 +998,7 @@ RANKS_LOAD = ("import torch\nimport torch.distributed as dist\n"
     ("torch.save(model.state_dict(), 'best.pt')", True),  # the loaded file: written elsewhere
     ("torch.save(model.state_dict(), 'torch_model.ckpt')", False),  # written here, from the GPU
     ("torch.save(model.state_dict(), args.out)", False),  # a save whose file is not shown
+    ("trainer.save_model(output_dir=args.out)", False),  # a library's, by names not shown
 ])
 def test_a_checkpoint_no_save_of_the_project_writes_is_a_preview_variant(
         tmp_path, saver, preview):

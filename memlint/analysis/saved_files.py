@@ -14,7 +14,7 @@ from memlint.analysis.walker import children
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.names import call_arg, dotted_name
-from memlint.analysis.torch_api import LOADS
+from memlint.analysis.torch_api import DOWNLOADS_RETURNING, DOWNLOADS_TO, LOADS
 
 #: Names that hold an optimizer (`optimizer`, `self.opt`, `G_optim`).
 OPTIMIZER_NAME = re.compile(r"(^|[._])(optim\w*|opt|opt_\w+|\w+_opt|\w*optimizer\w*)$",
@@ -365,3 +365,20 @@ def holds_an_optimizer(saved: cst.BaseExpression, ctx: Context) -> bool:
         for e in value.elements)
 
 
+
+
+def download_destination(node: cst.Call, qualified: str | None) -> str | None:
+    """Where a download call puts the file it fetches (`urlretrieve(url,
+    path)`, `torch.hub.download_url_to_file`, `gdown.download`): a file
+    published by someone else, saved on a device the code does not show."""
+    where = DOWNLOADS_TO.get(qualified or "")
+    destination = call_arg(node, where[1], position=where[0]) if where else None
+    return path_key(destination.value) if destination is not None else None
+
+
+def returned_by_download(path: cst.BaseExpression, ctx: Context) -> bool:
+    """`torch.load(hf_hub_download(repo, "model.pt"))`, also through a name
+    bound to the download's result."""
+    name = dotted_name(path)
+    value = ctx.binding(name) if name is not None else path
+    return isinstance(value, cst.Call) and ctx.qualify(value.func) in DOWNLOADS_RETURNING

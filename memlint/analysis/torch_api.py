@@ -174,6 +174,39 @@ DATA_PARALLEL_WRAPPERS: frozenset[str] = frozenset({
 LOADS: frozenset[str] = frozenset({"torch.load", "torch.serialization.load"})
 SAVES: frozenset[str] = frozenset({"torch.save", "torch.serialization.save"})
 
+# -- model sizes --------------------------------------------------------------------------
+
+#: parameters (millions) of library architectures, by constructor name
+#: (torchvision's model tables; timm's names start the same way)
+ARCHITECTURE_PARAMETERS: dict[str, float] = {
+    "resnet18": 11.7, "resnet34": 21.8, "resnet50": 25.6, "resnet101": 44.5,
+    "resnet152": 60.2, "resnext50_32x4d": 25.0, "resnext101_32x8d": 88.8,
+    "resnext101_64x4d": 83.5, "wide_resnet50_2": 68.9, "wide_resnet101_2": 126.9,
+    "vgg11": 132.9, "vgg13": 133.1, "vgg16": 138.4, "vgg19": 143.7, "alexnet": 61.1,
+    "densenet121": 8.0, "densenet161": 28.7, "densenet169": 14.1, "densenet201": 20.0,
+    "inception_v3": 27.2, "googlenet": 6.6, "mobilenet_v2": 3.5, "mobilenet_v3_large": 5.5,
+    "mobilenet_v3_small": 2.5, "efficientnet_b0": 5.3, "efficientnet_b1": 7.8,
+    "efficientnet_b2": 9.1, "efficientnet_b3": 12.2, "efficientnet_b4": 19.3,
+    "efficientnet_b5": 30.4, "efficientnet_b6": 43.0, "efficientnet_b7": 66.3,
+    "vit_b_16": 86.6, "vit_b_32": 88.2, "vit_l_16": 304.3, "vit_l_32": 306.5,
+    "vit_h_14": 632.0, "vit_tiny_patch16": 5.7, "vit_small_patch16": 22.1,
+    "vit_base_patch16": 86.6, "vit_base_patch32": 88.2, "vit_large_patch16": 304.3,
+    "swin_t": 28.3, "swin_s": 49.6, "swin_b": 87.8, "swin_tiny_patch4": 28.3,
+    "swin_base_patch4": 87.8, "swin_large_patch4": 196.5, "convnext_tiny": 28.6,
+    "convnext_small": 50.2, "convnext_base": 88.6, "convnext_large": 197.8,
+    "deeplabv3_resnet50": 42.0, "deeplabv3_resnet101": 61.0, "fcn_resnet50": 35.3,
+    "fcn_resnet101": 54.3, "fasterrcnn_resnet50_fpn": 41.8, "maskrcnn_resnet50_fpn": 44.4,
+    "retinanet_resnet50_fpn": 34.0, "keypointrcnn_resnet50_fpn": 59.1,
+}
+#: parameters (millions) of a hub model by the size word of its name; "base"
+#: stands for one whose name is a setting (what is fine-tuned is rarely smaller)
+HUB_MODEL_PARAMETERS: dict[str, float] = {
+    "tiny": 4.4, "mini": 11.0, "distil": 66.0, "large": 335.0, "base": 110.0, "xl": 1500.0,
+}
+#: parameters (millions) from which a second copy of the weights (float32:
+#: about 100 MiB, a ResNet-50's) is worth a finding of its own
+LARGE_MODEL_PARAMETERS = 25.0
+
 # -- files fetched from elsewhere ---------------------------------------------------------
 
 #: calls that write a file fetched from a URL or a hub, with where they put it
@@ -184,6 +217,10 @@ DOWNLOADS_TO: dict[str, tuple[int, str]] = {
     "gdown.download": (1, "output"),
     "wget.download": (1, "out"),
 }
+#: methods through which a library writes a model's files under names the
+#: code does not spell (transformers' and PEFT's `save_pretrained`, the HF
+#: Trainer's `save_model` and `save_state`, accelerate's `save_state`)
+LIBRARY_SAVES: frozenset[str] = frozenset({"save_pretrained", "save_model", "save_state"})
 #: calls that fetch a file and return its local path
 DOWNLOADS_RETURNING: frozenset[str] = frozenset({
     "huggingface_hub.hf_hub_download", "huggingface_hub.cached_download",

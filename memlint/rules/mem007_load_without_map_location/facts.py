@@ -16,11 +16,11 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.names import call_arg, defines_method, dotted_name
+from memlint.analysis.torch_api import LIBRARY_SAVES
 from memlint.analysis.saved_files import (
-    LIBRARIES, calls_in, file_named_in, holds_an_optimizer, holds_arguments,
-    holds_optimizer_state, holds_other_than_weights, is_item, moved_to_cpu, moves_to_cpu,
-    path_key, saves_cpu_values)
-from memlint.analysis.torch_api import DOWNLOADS_RETURNING, DOWNLOADS_TO
+    LIBRARIES, calls_in, download_destination, file_named_in, holds_an_optimizer,
+    holds_arguments, holds_optimizer_state, holds_other_than_weights, is_item, literal_key,
+    moved_to_cpu, moves_to_cpu, path_key, returned_by_download, saves_cpu_values, strings_in)
 
 
 class Load(NamedTuple):
@@ -63,29 +63,50 @@ class SavesSeen:
         self.items_on_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
         #: (function, name) of dicts given an entry not shown on the CPU
         self.entries_off_cpu: set[tuple[cst.FunctionDef | None, str]] = set()
+        self.built_by_plain_class: set[cst.Call] = set()  # loads in a plain class's __init__
         #: (function, path) of files downloaded so far (`urlretrieve(url, path)`)
         self.downloaded: set[tuple[cst.FunctionDef | None, str]] = set()
 
-    def note_download(self, node: cst.Call, qualified: str | None) -> None:
-        """`urlretrieve(url, path)`: `path` then holds a file fetched from a
-        URL or a hub, saved by someone else on a device the code does not show."""
-        where = DOWNLOADS_TO.get(qualified or "")
-        destination = call_arg(node, where[1], position=where[0]) if where else None
-        key = path_key(destination.value) if destination is not None else None
-        if key is not None:
-            self.downloaded.add((self.ctx.function, key))
+    def note_other_writes(self, node: cst.Call, qualified: str | None) -> None:
+        """`urlretrieve(url, path)`: `path` holds a published file;
+        `trainer.save_model(out)`: a library writes files the code does not
+        name (`adapter_model.bin`), as a save to a path naming no file does."""
+        collector, key = FactCollector.of(self.ctx), download_destination(node, qualified)
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in LIBRARY_SAVES \
+                and collector is not None:
+            collector.facts.saves_unnamed = True
+        self.downloaded.update([(self.ctx.function, key)] if key is not None else [])
 
     def fetched(self, path: cst.BaseExpression) -> bool:
-        """Whether a load's path names a downloaded file: one written by a
-        download call before it in the same function, or the path a hub
-        download returns (`torch.load(hf_hub_download(repo, "model.pt"))`,
-        also through a name bound to it)."""
-        key = path_key(path)
-        if key is not None and (self.ctx.function, key) in self.downloaded:
+        """Whether a load's path names a file downloaded before it in the
+        same function, or one a hub download returns."""
+        return (self.ctx.function, path_key(path)) in self.downloaded \
+            or returned_by_download(path, self.ctx)
+
+    def holds_no_gpu_tensors(self, node: cst.Call) -> bool:
+        """A data or cache file, or pretrained weights loaded while a module is built."""
+        names = [dotted_name(node.args[0].value) or "" if node.args else ""]
+        if node.args:  # `os.path.join(out_dir, "scheduler.pt")`: the literals of the path
+            names += [string_value(n) or "" for n in strings_in(node.args[0].value)]
+        parent = self.ctx.parent
+        if isinstance(parent, cst.Assign):
+            names += [n for t in parent.targets for n in names_in(t.target)]
+        if isinstance(parent, cst.Subscript):  # `torch.load(p)["images"]`
+            names.append(literal_key(parent) or "")
+        if any(DATA_FILE.search(name) for name in names if name):
             return True
-        name = dotted_name(path)
-        value = self.ctx.binding(name) if name is not None else path
-        return isinstance(value, cst.Call) and self.ctx.qualify(value.func) in DOWNLOADS_RETURNING
+        function, class_def = self.ctx.function, self.ctx.class_def
+        if function is not None and defines_method(class_def, "__getitem__"):
+            return True  # a Dataset reading one sample's file, not a checkpoint
+        # pretrained weights read while an object is built: on the CPU for a
+        # module; a plain class's (a trainer's) is judged by what it takes out
+        # of the file (`ckpt["optimizer"]`: a training checkpoint), in `finish`
+        if function is None or function.name.value != "__init__" or class_def is None:
+            return False
+        if not builds_a_module(class_def):
+            self.built_by_plain_class.add(node)
+            return False
+        return True
 
     def note_save(self, node: cst.Call) -> None:
         """`torch.save(value, path)`: whether `value` is on the CPU, for the
@@ -331,12 +352,6 @@ def builds_a_module(class_def: cst.ClassDef) -> bool:
     return defines_method(class_def, "forward") or any(
         dotted_name(base.value) != "object" for base in class_def.bases)
 
-def is_engine(name: str, ctx: Context) -> bool:
-    """`model_trt = TRTModule()` (torch2trt): a serialized TensorRT engine."""
-    built = ctx.binding(name)
-    return type(built) is cst.Call and \
-        (ctx.qualify(built.func) or "").startswith(("torch2trt.", "tensorrt."))
-
 def loaded_into(ctx: Context) -> str | None:
     """`optimizer` for `optimizer.load_state_dict(torch.load(p)...)`."""
     for ancestor in reversed(ctx.ancestors[:-1]):
@@ -361,12 +376,6 @@ def assigned_name(ctx: Context) -> str | None:
             return "|".join(known) if names and len(known) == len(names) else None
         return dotted_name(target)
     return None
-
-
-def chained_as_model(ctx: Context, model_uses: set[str]) -> bool:
-    """`torch.load(p).cuda()`, `torch.load(p).eval()`."""
-    parent = ctx.parent
-    return isinstance(parent, cst.Attribute) and parent.attr.value in model_uses
 
 
 #: What is done to a model and not to a dict of tensors.

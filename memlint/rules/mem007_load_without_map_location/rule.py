@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import libcst as cst
 
-from memlint.analysis.autograd_values import names_in
 from memlint.analysis.context import Context
 from memlint.analysis.datasets import is_dataset_class
-from memlint.analysis.devices import gpu_option, string_value
+from memlint.analysis.devices import gpu_option
 from memlint.analysis.flows import root_name
 from memlint.analysis.gpu_selection import in_single_process_arm, reads_launcher_rank
+from memlint.analysis.model_sizes import parameter_count
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.names import call_arg, defines_method, dotted_name
+from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.spawned import SpawnedCode
 from memlint.analysis.saved_files import (DATA_KEYS, OPTIMIZER_NAME, file_named_in, literal_key,
-                                          path_key, strings_in)
+                                          path_key)
 from memlint.analysis.project import (
     Condition, Either, PreviewUnlessProjectWrites, UnlessProjectOnCpu,
     UnlessProjectSavesModelsOnCpu, UnlessSavedWithoutGpuTensors, UnlessSavedWithoutOptimizer)
-from memlint.analysis.torch_api import LOADS, RANK_STARTERS, SAVES
+from memlint.analysis.torch_api import LARGE_MODEL_PARAMETERS, LOADS, RANK_STARTERS, SAVES
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.mem007_load_without_map_location.facts import (
-    DATA_FILE, MODEL_USES, NUMBERS_STATE, SavesSeen, Load, assigned_name, becomes_the_model,
-    builds_a_module, chained_as_model, is_engine, kept_alive, loaded_into)
+    MODEL_USES, NUMBERS_STATE, SavesSeen, Load, assigned_name, becomes_the_model, kept_alive,
+    loaded_into)
 from memlint.rules.rewrites import with_keyword
 
 
@@ -34,8 +34,9 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
     without CUDA). In one process, a checkpoint back on the GPU it came from
     (copied into a module, kept in a name while a loop runs, restored as it
     is) costs a copy as large as the weights: worth it for a large model
-    only, whose size the code does not show, so a note, in preview; so is a
-    file no save of the project writes (its tensors' device is not shown).
+    only, so a note, in preview, unless the code shows the model large
+    (`analysis/model_sizes.py`); a file no save of the project writes, or
+    one downloaded, is in preview too (its tensors' device is not shown).
     Left alone where the file cannot hold GPU tensors: saved in the same file
     from CPU values (`.cpu()`, a model never moved to a GPU), a data or cache
     file (`cached_features`, a data set's split, `vocab`, `scheduler.pt`),
@@ -185,8 +186,9 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         self.entries_taken: dict[str, set[str]] = {}
         #: each name's first move to a GPU after it was moved there, per function
         self.last_gpu_move: dict[tuple[cst.FunctionDef | None, str], cst.Call] = {}
-        self.built_by_plain_class: set[cst.Call] = set()  # loads in a plain class's __init__
         self.optimizer_entries: set[str] = set()  # names read by an optimizer key: `ckpt["optim"]`
+        #: (function, module) -> its parameters (millions) where a load is copied into it
+        self.target_sizes: dict[tuple[cst.FunctionDef | None, str], float | None] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
         qualified = self.ctx.qualify(node.func)
@@ -197,7 +199,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             else:
                 self.starts_ranks = node
         self._note_model_use(node)
-        self.note_download(node, qualified)
+        self.note_other_writes(node, qualified)
         if qualified in SAVES and len(node.args) >= 2:
             self.note_save(node)
             return
@@ -208,7 +210,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             return
         if any(arg.star for arg in node.args):
             return  # map_location may come through *args / **kwargs
-        if self.ctx.in_cpu_branch() or self.ctx.in_pytest_test or self._holds_no_gpu_tensors(node):
+        if self.ctx.in_cpu_branch() or self.ctx.in_pytest_test or self.holds_no_gpu_tensors(node):
             return
         into = loaded_into(self.ctx)
         single = in_single_process_arm(self.ctx)
@@ -253,7 +255,9 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             return
         if receiver is not None and name in self.moved_to_gpu:
             self.last_gpu_move.setdefault((self.ctx.function, name), node)
-        if method == "load_state_dict" and node.args:
+        if method == "load_state_dict" and node.args and receiver is not None:
+            self.target_sizes.setdefault((self.ctx.function, name), parameter_count(
+                receiver, self.ctx, self.index))
             root = root_name(node.args[0].value)
             if root is not None:
                 self.copied_into_modules.setdefault(root, name)
@@ -351,42 +355,22 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             # one process, the checkpoint back on the GPU it came from: a copy as
             # large as the weights, worth changing where the model is big and
             # shrugged at for one of a few MB (sets 11 and 12: 29 DEBATABLE of 65
-            # such findings), and the code does not show the size (issue 25: a note)
-            severity, preview = "note", True
+            # such findings): a note, in preview, unless the code shows it large
+            size = self.target_sizes.get((load.function, target or "")) if copied else None
+            large = size is not None and size >= LARGE_MODEL_PARAMETERS
+            severity, preview = (None, False) if large else ("note", True)
             if copied and load.kept is not None:
                 message = self.KEPT.format(name=load.model)
                 related.append((load.kept, f"'{load.model}' is still bound while this loop runs"))
             else:
                 message = self.TRANSIENT if copied else self.RESTORED
+            if size is not None and large:
+                message += f" ('{target}' holds about {size:,.0f}M parameters: " \
+                           f"{size * 4e6 / 2 ** 20:,.0f} MiB in float32)"
         fix = FixPlan(SAFE if copied else UNSAFE, 'add map_location="cpu"',
                       ((node, with_keyword(node, "map_location", '"cpu"')),))
         self.report(node, message, load.statement, unless, related, fix, severity,
                     preview or load.fetched)
-
-    def _holds_no_gpu_tensors(self, node: cst.Call) -> bool:
-        """A data or cache file, or pretrained weights loaded while a module is built."""
-        names = [dotted_name(node.args[0].value) or "" if node.args else ""]
-        if node.args:  # `os.path.join(out_dir, "scheduler.pt")`: the literals of the path
-            names += [string_value(n) or "" for n in strings_in(node.args[0].value)]
-        parent = self.ctx.parent
-        if isinstance(parent, cst.Assign):
-            names += [n for t in parent.targets for n in names_in(t.target)]
-        if isinstance(parent, cst.Subscript):  # `torch.load(p)["images"]`
-            names.append(literal_key(parent) or "")
-        if any(DATA_FILE.search(name) for name in names if name):
-            return True
-        function, class_def = self.ctx.function, self.ctx.class_def
-        if function is not None and defines_method(class_def, "__getitem__"):
-            return True  # a Dataset reading one sample's file, not a checkpoint
-        # pretrained weights read while an object is built: on the CPU for a
-        # module; a plain class's (a trainer's) is judged by what it takes out
-        # of the file (`ckpt["optimizer"]`: a training checkpoint), in `finish`
-        if function is None or function.name.value != "__init__" or class_def is None:
-            return False
-        if not builds_a_module(class_def):
-            self.built_by_plain_class.add(node)
-            return False
-        return True
 
     def visit_Assign(self, node: cst.Assign) -> None:
         """`net = checkpoint["net"]`: what an entry of a loaded dict becomes;
@@ -398,3 +382,15 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             if owner is not None and name is not None:
                 self.entries_taken.setdefault(owner, set()).add(name)
 
+
+def is_engine(name: str, ctx: Context) -> bool:
+    """`model_trt = TRTModule()` (torch2trt): a serialized TensorRT engine."""
+    built = ctx.binding(name)
+    return type(built) is cst.Call and \
+        (ctx.qualify(built.func) or "").startswith(("torch2trt.", "tensorrt."))
+
+
+def chained_as_model(ctx: Context, model_uses: set[str]) -> bool:
+    """`torch.load(p).cuda()`, `torch.load(p).eval()`."""
+    parent = ctx.parent
+    return isinstance(parent, cst.Attribute) and parent.attr.value in model_uses
