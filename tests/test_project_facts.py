@@ -998,7 +998,7 @@ RANKS_LOAD = ("import torch\nimport torch.distributed as dist\n"
     ("torch.save(model.state_dict(), 'best.pt')", True),  # the loaded file: written elsewhere
     ("torch.save(model.state_dict(), 'torch_model.ckpt')", False),  # written here, from the GPU
     ("torch.save(model.state_dict(), args.out)", False),  # a save whose file is not shown
-    ("trainer.save_model(output_dir=args.out)", False),  # a library's, by names not shown
+    ("trainer.save_model(output_dir=args.out)", True),  # a library's: its own file names
 ])
 def test_a_checkpoint_no_save_of_the_project_writes_is_a_preview_variant(
         tmp_path, saver, preview):
@@ -1055,3 +1055,20 @@ def test_another_programs_save_from_the_cpu_does_not_clear_a_load(tmp_path):
     found = [f for f in check_paths([str(tmp_path)], Settings(preview=True), jobs=1).findings
              if f.code == "MEM007"]
     assert [(Path(f.path).name, f.preview) for f in found] == [("evaluate.py", False)]
+
+
+@pytest.mark.parametrize("loaded, preview", [
+    ("adapter_model.bin", False),  # written by the Trainer from the GPU model
+    ("torch_model.ckpt", True),  # no save of the project, nor of a library, writes it
+])
+def test_a_librarys_save_writes_the_files_it_names(tmp_path, loaded, preview):
+    """LETTER resumes the `adapter_model.bin` that `trainer.save_model()`
+    wrote; TimesFM's published `torch_model.ckpt` is written by no one here."""
+    from memlint import Settings
+
+    (tmp_path / "finetune.py").write_text(
+        RANKS_LOAD.replace("torch_model.ckpt", loaded) + "trainer.save_model(args.out)\n")
+    found = [f for f in check_paths([str(tmp_path)], Settings(preview=True), jobs=1).findings
+             if f.code == "MEM007"]
+    assert [(Path(f.path).name, f.line, f.preview) for f in found] == \
+        [("finetune.py", 6, preview)]

@@ -221,6 +221,11 @@ DOWNLOADS_TO: dict[str, tuple[int, str]] = {
 #: code does not spell (transformers' and PEFT's `save_pretrained`, the HF
 #: Trainer's `save_model` and `save_state`, accelerate's `save_state`)
 LIBRARY_SAVES: frozenset[str] = frozenset({"save_pretrained", "save_model", "save_state"})
+#: the files they write that `torch.load` reads, each with whether it holds
+#: CPU values only (the weights and optimizer state stay where they were)
+LIBRARY_FILES: dict[str, bool] = {
+    "pytorch_model.bin": False, "adapter_model.bin": False, "optimizer.pt": False,
+    "optimizer.bin": False, "training_args.bin": True}
 #: calls that fetch a file and return its local path
 DOWNLOADS_RETURNING: frozenset[str] = frozenset({
     "huggingface_hub.hf_hub_download", "huggingface_hub.cached_download",

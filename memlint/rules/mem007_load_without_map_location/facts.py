@@ -16,7 +16,7 @@ from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda, string_value
 from memlint.analysis.fact_collector import FactCollector
 from memlint.analysis.names import call_arg, defines_method, dotted_name
-from memlint.analysis.torch_api import LIBRARY_SAVES
+from memlint.analysis.torch_api import LIBRARY_FILES, LIBRARY_SAVES
 from memlint.analysis.saved_files import (
     LIBRARIES, calls_in, download_destination, file_named_in, holds_an_optimizer,
     holds_arguments, holds_optimizer_state, holds_other_than_weights, is_item, literal_key,
@@ -69,12 +69,13 @@ class SavesSeen:
 
     def note_other_writes(self, node: cst.Call, qualified: str | None) -> None:
         """`urlretrieve(url, path)`: `path` holds a published file;
-        `trainer.save_model(out)`: a library writes files the code does not
-        name (`adapter_model.bin`), as a save to a path naming no file does."""
+        `trainer.save_model(out)`: a library writes the files it names
+        (`adapter_model.bin`, `optimizer.pt`) from where the model is."""
         collector, key = FactCollector.of(self.ctx), download_destination(node, qualified)
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in LIBRARY_SAVES \
                 and collector is not None:
-            collector.facts.saves_unnamed = True
+            for file, on_cpu in LIBRARY_FILES.items():
+                collector.facts.saves[file] = collector.facts.saves.get(file, True) and on_cpu
         self.downloaded.update([(self.ctx.function, key)] if key is not None else [])
 
     def fetched(self, path: cst.BaseExpression) -> bool:
