@@ -154,3 +154,25 @@ def inference_through_helpers(finished: dict[cst.CSTNode, Unit], index: ModuleIn
             forward, module = helper.any_forward
             yield unit.node, info, site, helper.node.name.value, forward, module
             break
+
+
+def differentiated_by_helper(info: FunctionInfo, forward: tuple[cst.Call, object, str] | None,
+                             index: ModuleIndex, grad_users: set[cst.CSTNode]) -> bool:
+    """Whether, after its forward, the function calls a function of this file
+    that back-propagates or differentiates (`self.cac_grad(loss, lc)` calling
+    `torch.autograd.grad`, a Hessian-vector product `hvp(loss, params)`),
+    itself or through the functions it calls: the forward's graph is wanted
+    (FROMP's kernel, TRM's Neumann series), whatever `eval()` said."""
+    order = [site.node for site in info.calls]
+    after = order.index(forward[0]) + 1 if forward and forward[0] in order else len(order)
+    pending = [callee for site in info.calls[after:] for callee in index.callees(site)]
+    seen: set[cst.CSTNode] = {info.node}
+    while pending:
+        callee = pending.pop()
+        if callee.node in seen:
+            continue
+        seen.add(callee.node)
+        if callee.node in grad_users:
+            return True
+        pending.extend(c for site in callee.calls for c in index.callees(site))
+    return False

@@ -22,8 +22,8 @@ from memlint.rules.mem004_grad_in_inference.forwards import (VOLATILE_TOO, Forwa
                                                              is_false, is_volatile)
 from memlint.rules.mem004_grad_in_inference.phases import (
     GRAD_METHODS, LIGHTNING_HOOK, TORCH_ROOTS, after_train_call, evaluates_after_training,
-    inference_through_helpers, is_inference_name, no_grad_fix, own_eval, part_of_training,
-    unless_elsewhere)
+    differentiated_by_helper, inference_through_helpers, is_inference_name, no_grad_fix,
+    own_eval, part_of_training, unless_elsewhere)
 
 
 class GradInInference(Rule):
@@ -388,13 +388,13 @@ class GradInInference(Rule):
             return True
         if unit.class_name and self.index.init_turns_grad_off(unit.class_name):
             return True
-        info = self.index.info(unit.node)
-        if info is None:
+        if (info := self.index.info(unit.node)) is None:
             return False
         if self.index.only_traced(info):
             return True  # a wrapper handed to `torch.onnx.export`: one forward, to trace it
-        if (not own_eval(unit) and part_of_training(info, self.index, self.flows)) or (
-                not unit.forward_after_eval and self.forwards.is_model_method(unit,
-                                                                              self.grad_users)):
-            return True  # a caller back-propagates its result: no inference
+        if (not own_eval(unit) and part_of_training(info, self.index, self.flows)) \
+                or differentiated_by_helper(info, unit.forward, self.index, self.grad_users) \
+                or (not unit.forward_after_eval
+                    and self.forwards.is_model_method(unit, self.grad_users)):
+            return True  # a caller back-propagates its result, or a helper differentiates it
         return self.index.grad_disabled_by_callers(info)
