@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from memlint.analysis.module_index import FunctionInfo, ModuleIndex
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import Condition, Project
 
@@ -60,3 +61,48 @@ def forward_slots(function: cst.FunctionDef | cst.Lambda,
         else:
             return None
     return (model, tuple(inputs), rest) if inputs or rest is not None else None
+
+
+@dataclass(frozen=True)
+class PreviewUnlessRunWithGradOn(Condition):
+    """A forward with no `eval()` before it, in a function taken for
+    inference by its name alone (`predict`, `val_step`), that no code of its
+    file runs with grad on: a preview variant unless another file calls one
+    of its ways in with grad on (a function through an import, a method by
+    name outside training). A method a framework calls (detectron2's
+    `inference_on_dataset`, Lightning's hooks, a trainer engine) shows no
+    such call, and its name says nothing of the grad mode it runs in."""
+
+    module: str
+    functions: tuple[str, ...]
+    methods: tuple[str, ...]
+
+    def drops(self, project: Project) -> bool:
+        return False
+
+    def previews(self, project: Project) -> bool:
+        for function in self.functions:
+            if any(not call.grad_disabled for _, call in project.calls_of(self.module, function)):
+                return False
+        return not any(facts.method_calls.get(method) is False for facts in project.modules
+                       for method in self.methods if facts.module != self.module)
+
+
+def ways_in(info: FunctionInfo, index: ModuleIndex) -> tuple[FunctionInfo, ...] | None:
+    """The functions of the file through which other code runs `info` with
+    grad on (it, or the callers with no caller here that reach it); None
+    when the file's top level runs it so (a script's `__main__` block)."""
+    roots: list[FunctionInfo] = []
+    seen, todo = {info}, [info]
+    while todo:
+        current = todo.pop()
+        callers = [site for site in index.call_sites(current) if not site.grad_disabled
+                   and (site.caller is None or not index.grad_disabled_by_callers(site.caller))]
+        if any(site.caller is None for site in callers):
+            return None
+        roots += [] if callers else [current]
+        for site in callers:
+            if site.caller is not None and site.caller not in seen:
+                seen.add(site.caller)
+                todo.append(site.caller)
+    return tuple(roots)

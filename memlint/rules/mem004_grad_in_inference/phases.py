@@ -17,8 +17,8 @@ from memlint.analysis.project import (Condition, Either, EveryOne, UnlessCalledT
                                       UnlessCallersDisableGrad, UnlessProjectOnCpu)
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan
-from memlint.rules.mem004_grad_in_inference.callers import (UnlessCallersGiveHostInputs,
-                                                             forward_slots)
+from memlint.rules.mem004_grad_in_inference.callers import (
+    PreviewUnlessRunWithGradOn, UnlessCallersGiveHostInputs, forward_slots, ways_in)
 from memlint.rules.mem004_grad_in_inference.forwards import Unit
 
 #: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
@@ -176,3 +176,19 @@ def differentiated_by_helper(info: FunctionInfo, forward: tuple[cst.Call, object
             return True
         pending.extend(c for site in callee.calls for c in index.callees(site))
     return False
+
+
+def unless_run_by_name_only(unit: Unit, info: FunctionInfo | None, index: ModuleIndex,
+                            module: str) -> Condition | None:
+    """For a forward taken for inference by its function's name alone (no
+    `eval()` before it): in preview unless some code runs the function with
+    grad on (its file's top level, or another file through its ways in).
+    The name says what the function is for, not the grad mode it runs in."""
+    if unit.node is None or unit.forward_after_eval or info is None:
+        return None
+    roots = ways_in(info, index)
+    if roots is None:
+        return None  # the file's top level runs it with grad on
+    return PreviewUnlessRunWithGradOn(
+        module, tuple(f.name for f in roots if f.class_name is None and f.parent is None),
+        tuple(f.name for f in roots if f.class_name is not None))

@@ -23,15 +23,15 @@ from memlint.rules.mem004_grad_in_inference.forwards import (VOLATILE_TOO, Forwa
 from memlint.rules.mem004_grad_in_inference.phases import (
     GRAD_METHODS, LIGHTNING_HOOK, TORCH_ROOTS, after_train_call, evaluates_after_training,
     differentiated_by_helper, inference_through_helpers, is_inference_name, no_grad_fix,
-    own_eval, part_of_training, unless_elsewhere)
+    own_eval, part_of_training, unless_elsewhere, unless_run_by_name_only)
 
 
 class GradInInference(Rule):
-    """A forward pass in inference code (after `model.eval()`, or in a function
-    named like `evaluate`/`validate`/`predict`/`generate`) with no `torch.no_grad()`
-    or `torch.inference_mode()` in force: autograd keeps every activation the
-    forward needs for a backward that never comes, so peak memory is that of a
-    training step, and outputs kept for metrics hold their whole graphs.
+    """A forward pass in inference code (after `model.eval()`; in a function
+    named like `evaluate` that no code runs with grad on, a preview variant)
+    with no `torch.no_grad()` or `torch.inference_mode()` in force: autograd
+    keeps every activation for a backward that never comes (training-step peak
+    memory; outputs kept for metrics hold their whole graphs).
 
     Left alone: functions that call `backward()` or `torch.autograd.grad`
     (Grad-CAM, adversarial examples) or whose every caller disables grad,
@@ -306,8 +306,9 @@ class GradInInference(Rule):
             reported.add(id(unit))
             info = self.index.info(unit.node) if unit.node is not None else None
             unless = unless_elsewhere(info, self.index, self.ctx, self.facts.module, call)
+            if named := unless_run_by_name_only(unit, info, self.index, self.facts.module):
+                unless = Either((unless, named))
             if unit.forward_class is not None and unit.forward_class not in self.index.classes:
-                # a class of another file, whose forward may disable grad itself
                 unless = Either((unless, UnlessForwardDisablesGrad(unit.forward_class)))
             unless = Either((unless, UnlessForwardNeedsGrad(self.facts.module, unit.forward_class)))
             if call in self.unpickled:
@@ -383,11 +384,9 @@ class GradInInference(Rule):
             return True  # `test_*` and its `_test_*` helpers: "test" is pytest's word here
         if self.forwards.names_function(module, unit.class_name):
             return True  # a function defined further down the file, named like a model
-        if unit.class_name and LIGHTNING_HOOK.fullmatch(name) \
-                and self.forwards.is_lightning(unit.class_name):
-            return True
-        if unit.class_name and self.index.init_turns_grad_off(unit.class_name):
-            return True
+        if unit.class_name and (LIGHTNING_HOOK.fullmatch(name) and self.forwards.is_lightning(
+                unit.class_name) or self.index.init_turns_grad_off(unit.class_name)):
+            return True  # a Lightning hook; a class whose `__init__` turns grad off
         if (info := self.index.info(unit.node)) is None:
             return False
         if self.index.only_traced(info):
