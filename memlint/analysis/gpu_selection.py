@@ -171,6 +171,16 @@ def hides_gpus(node: cst.Assign, ctx: Context) -> bool:
         for t in node.targets)
 
 
+def shows_one_gpu(node: cst.Assign, ctx: Context) -> bool:
+    """`os.environ["CUDA_VISIBLE_DEVICES"] = "0"`: the process sees one GPU,
+    so whatever ranks it starts share it, and a rank-to-GPU mapping (a
+    checkpoint restored onto "its" GPU or another's) changes nothing."""
+    shown = string_value(node.value)
+    return shown is not None and shown.strip().isdigit() and any(
+        type(t.target) is cst.Subscript and _environ_key(t.target, ctx) == CUDA_VISIBLE
+        for t in node.targets)
+
+
 def under_device_guard(ctx: Context) -> bool:
     """Inside `with torch.cuda.device(i):`: "cuda" there means GPU i."""
     for ancestor in ctx.ancestors:

@@ -8,7 +8,8 @@ from memlint.analysis.context import Context
 from memlint.analysis.datasets import is_dataset_class
 from memlint.analysis.devices import gpu_option
 from memlint.analysis.flows import root_name
-from memlint.analysis.gpu_selection import in_single_process_arm, reads_launcher_rank
+from memlint.analysis.gpu_selection import (in_single_process_arm, reads_launcher_rank,
+                                            shows_one_gpu)
 from memlint.analysis.model_sizes import parameter_count
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
@@ -176,7 +177,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         self.loads: list[Load] = []
         self.starts_ranks: cst.CSTNode | None = None  # a rank starter, a launcher's rank read
         self.rank_option: cst.Call | None = None  # `add_argument("--local_rank")`
-        self.rank_read = False  # `args.local_rank` read
+        self.rank_read, self.one_gpu = False, False  # `args.local_rank` read; one GPU shown
         #: names a load was assigned to, and how the code then uses them
         self.used_as_model: set[str] = set()
         self.used_as_data: set[str] = set()  # `TensorDataset(d["x"])`, `d["images"]`
@@ -279,7 +280,7 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         a launcher's rank; `world_size` in an offline shard merger is neither."""
         if self.starts_ranks is None and self.rank_option is not None and self.rank_read:
             self.starts_ranks = self.rank_option
-        return self.starts_ranks is not None
+        return self.starts_ranks is not None and not self.one_gpu
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         """`args.local_rank` read: the launcher's `--local_rank` option is used
@@ -374,8 +375,10 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         """`net = checkpoint["net"]`: what an entry of a loaded dict becomes;
-        `save_dict[key] = state_dict`: what a saved dict holds."""
+        `save_dict[key] = state_dict`: what a saved dict holds; a script that
+        shows itself one GPU (`CUDA_VISIBLE_DEVICES = "0"`) has no rank's own GPU."""
         self.note_entry(node)
+        self.one_gpu |= self.ctx.function is None and shows_one_gpu(node, self.ctx)
         value = node.value
         if isinstance(value, cst.Subscript) and len(node.targets) == 1:
             owner, name = dotted_name(value.value), dotted_name(node.targets[0].target)
