@@ -221,8 +221,9 @@ def test_row_8_a_non_utf8_file_name_gives_valid_utf8_in_every_format(tree, jobs)
 REFUSED = {
     "hex": (b"# coding: hex\n" + FLAGGED.encode(), "'hex' is not a text encoding"),
     "rot13": (b"# -*- coding: rot13 -*-\n" + FLAGGED.encode(), "'rot13' is not a text encoding"),
-    "nosuchcodec": (b"# coding: nosuchcodec\n" + FLAGGED.encode(),
-                    "unknown encoding: nosuchcodec"),
+    "nosuchcodec": (b"# coding: nosuchcodec\n" + FLAGGED.encode() + b"# caf\xe9\n",
+                    "unknown encoding: nosuchcodec (Python knows it only if a package "
+                    "registers that codec) and the file is not UTF-8"),
     "bom-and-latin-1": (b"\xef\xbb\xbf# coding: latin-1\n" + FLAGGED.encode(),
                         "UTF-8 byte order mark contradicts its coding cookie"),
     "utf-16": (FLAGGED.encode("utf-16"), "it is UTF-16"),
@@ -237,6 +238,15 @@ def test_rows_9_15_an_encoding_python_refuses_is_mem000_on_disk_and_on_stdin(tre
     assert_isolated(memlint("-j", jobs, ".", cwd=tree), "./bad.py", reason)
     assert_isolated(memlint("-j", jobs, "-", "good.py", "--stdin-filename", "bad.py",
                             cwd=tree, stdin=data), "bad.py", reason)
+
+
+def test_a_codec_a_package_registers_reads_utf8_text(tree):
+    """FCGF's `# -*- coding: future_fstrings -*-`: future-fstrings registers
+    the codec when Python starts, and the text under it is UTF-8: checked as
+    the program it is, not reported as unreadable."""
+    (tree / "bad.py").write_bytes(b"# -*- coding: future_fstrings -*-\n" + FLAGGED.encode())
+    result = memlint("--format", "json", "bad.py", cwd=tree)
+    assert [(f["code"], f["line"]) for f in json.loads(result.stdout)] == [("MEM007", 4)]
 
 
 # -- row 14: a file too large for libcst in reasonable time and memory ------------------------

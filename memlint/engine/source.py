@@ -117,8 +117,9 @@ _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
 
 def decode(data: bytes) -> str:
     """Python's own rules: a BOM or a coding cookie, else UTF-8; what CPython
-    refuses (an unknown or non-text codec, a BOM that contradicts the cookie)
-    raises `Undecodable` with CPython's reason."""
+    refuses (a non-text codec, a BOM that contradicts the cookie) raises
+    `Undecodable` with CPython's reason. A codec it does not know may be a
+    package's, registered at start-up: UTF-8 text under it is read."""
     import codecs
 
     for bom, name in _WIDE_BOMS:
@@ -138,6 +139,8 @@ def decode(data: bytes) -> str:
             reason = None  # not UTF-8 on its first lines: decoding names the byte
         else:
             reason = error.msg  # `unknown encoding: nosuchcodec`
+        if reason is not None and reason.startswith("unknown encoding"):
+            return _registered_codec_text(data, reason)
         if reason is not None:
             raise Undecodable(_cookie_line(data), 1,
                               f": {reason} (Python refuses it too)") from None
@@ -152,6 +155,21 @@ def decode(data: bytes) -> str:
                           f"(byte 0x{data[error.start:error.start + 1].hex()}); save it as "
                           f"UTF-8 or declare its encoding in a '# -*- coding: ... -*-' "
                           f"comment") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _registered_codec_text(data: bytes, reason: str) -> str:
+    """A codec Python does not know may be one a package registers when the
+    interpreter starts (`# -*- coding: future_fstrings -*-`, registered by
+    future-fstrings, decodes UTF-8 and rewrites f-strings for old Pythons):
+    the text is then read as UTF-8, which parses as the program runs. Not
+    UTF-8 either: the codec's text cannot be read here."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Undecodable(_cookie_line(data), 1,
+                          f": {reason} (Python knows it only if a package registers that "
+                          f"codec) and the file is not UTF-8") from None
     return text[1:] if text.startswith("\ufeff") else text
 
 
