@@ -169,6 +169,12 @@ def moves_to_cpu(value: cst.BaseExpression, name: str) -> bool:
 
 def moved_to_cpu(value: cst.BaseExpression) -> str | None:
     """The name `value` moves to the CPU (`v` of `v.detach().cpu()`), if it does."""
+    moved = moved_expression(value)
+    return dotted_name(moved) if moved is not None else None
+
+
+def moved_expression(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """What `value` moves to the CPU (`sd[k]` of `sd[k].cpu()`), if it does."""
     on_cpu = False
     while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
         method = value.func.attr.value
@@ -178,7 +184,7 @@ def moved_to_cpu(value: cst.BaseExpression) -> str | None:
         elif method not in ("detach", "clone", "contiguous", "float", "half"):
             return None
         value = value.func.value
-    return dotted_name(value) if on_cpu else None
+    return value if on_cpu else None
 
 
 def holds_arguments(node: cst.BaseExpression) -> bool:

@@ -20,7 +20,7 @@ from memlint.analysis.torch_api import LIBRARY_FILES, LIBRARY_SAVES
 from memlint.analysis.saved_files import (
     LIBRARIES, calls_in, download_destination, file_named_in, holds_an_optimizer,
     holds_arguments, holds_optimizer_state, holds_other_than_weights, is_item, literal_key,
-    moved_to_cpu, moves_to_cpu, path_key, returned_by_download, saves_cpu_values, strings_in)
+    moved_expression, path_key, returned_by_download, saves_cpu_values, strings_in)
 
 
 class Load(NamedTuple):
@@ -142,25 +142,30 @@ class SavesSeen:
         return self.last_saves.get(self.ctx.function, {}).get(key) if key is not None else None
 
     def visit_For(self, node: cst.For) -> None:
-        """`for k, v in sd.items(): sd[k] = v.cpu()`: every tensor of `sd` is
-        moved to the CPU (KAIR's and BasicSR's savers), so saving `sd` after it
-        saves CPU values."""
-        if not (isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
-                and node.iter.func.attr.value == "items" and isinstance(node.target, cst.Tuple)
-                and len(node.target.elements) == 2):
+        """`for k, v in sd.items(): sd[k] = v.cpu()`, `for k in sd.keys():
+        sd[k] = sd[k].cpu()`: every tensor of `sd` is moved to the CPU (KAIR's,
+        BasicSR's and CODA-Prompt's savers), so saving `sd` after it saves CPU
+        values."""
+        loop = node.iter.func if isinstance(node.iter, cst.Call) else None
+        method = loop.attr.value if isinstance(loop, cst.Attribute) else None
+        if method == "items" and isinstance(node.target, cst.Tuple) \
+                and len(node.target.elements) == 2:
+            key, value = (dotted_name(e.value) for e in node.target.elements)
+        elif method == "keys" or (loop is None and dotted_name(node.iter) is not None):
+            key, value = dotted_name(node.target), None  # `sd[k] = sd[k].cpu()`
+        else:
             return
-        container = dotted_name(node.iter.func.value)
-        key, value = (dotted_name(e.value) for e in node.target.elements)
-        if container is None or key is None or value is None:
+        container = dotted_name(loop.value if isinstance(loop, cst.Attribute) else node.iter)
+        if container is None or key is None:
             return
         statements = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
         for statement in statements:
-            if not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            for small in statement.body:
-                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                        and is_item(small.targets[0].target, container, key) \
-                        and moves_to_cpu(small.value, value):
+            for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+                moved = moved_expression(small.value) if isinstance(small, cst.Assign) \
+                    and len(small.targets) == 1 \
+                    and is_item(small.targets[0].target, container, key) else None
+                if moved is not None and (dotted_name(moved) == value if value is not None
+                                          else is_item(moved, container, key)):
                     self.items_on_cpu.add((self.ctx.function, container))
 
     def note_entry(self, node: cst.Assign) -> None:
@@ -176,7 +181,7 @@ class SavesSeen:
         if self._items_moved_to_cpu(value):
             if held not in self.entries_off_cpu:
                 self.items_on_cpu.add(held)
-        elif moved_to_cpu(value) is None:
+        elif moved_expression(value) is None:  # `sd[k] = sd[k].cpu()` is on the CPU
             self.entries_off_cpu.add(held)
             self.items_on_cpu.discard(held)
 
