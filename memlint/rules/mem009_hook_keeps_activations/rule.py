@@ -162,7 +162,7 @@ class HookKeepsActivations(Rule):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            name = dotted_name(target.target)
+            name = dotted_name(target.target) or keyed_name(target.target)
             if name and isinstance(node.value, (cst.List, cst.Dict)) and not node.value.elements:
                 function = self.ctx.function
                 per_call = function is not None and function.name.value != "__init__"
@@ -243,8 +243,9 @@ class HookKeepsActivations(Rule):
                 found.append((kept, name))
         seen = set()
         for kept, hook in found:
-            if id(kept.store) in seen or kept.container in self.emptied:
-                continue
+            if id(kept.store) in seen or kept.container in self.emptied \
+                    or _keyed_receiver(kept.store) in self.emptied:
+                continue  # emptied per step: `self.cache["hooks"] = []` after each loss
             popped = kept.container in self.popped
             if popped and hook in self.grad_checked:
                 continue  # kept only when a backward can follow, which pops it
@@ -332,3 +333,24 @@ def _to_host(kept: _Kept) -> FixPlan | None:
         base = cst.Call(func=cst.Attribute(value=base, attr=cst.Name("detach")))
     on_host = cst.Call(func=cst.Attribute(value=base, attr=cst.Name("cpu")))
     return FixPlan(UNSAFE, f"{kept.verb} {code(on_host)}", ((kept.stored, on_host),))
+
+
+def keyed_name(node: cst.BaseExpression) -> str | None:
+    """`self.cache['outputs']`: a container under literal keys, as written."""
+    keys: list[str] = []
+    while isinstance(node, cst.Subscript) and len(node.slice) == 1 \
+            and isinstance(node.slice[0].slice, cst.Index) \
+            and isinstance(node.slice[0].slice.value, (cst.SimpleString, cst.Integer)):
+        key = node.slice[0].slice.value
+        written = key.evaluated_value if isinstance(key, cst.SimpleString) else key.value
+        keys.insert(0, f"[{written!r}]")
+        node = node.value
+    name = dotted_name(node)
+    return name + "".join(keys) if name is not None and keys else None
+
+
+def _keyed_receiver(store: cst.CSTNode) -> str | None:
+    """The keyed container an `append` stores into (`self.cache['outputs']`)."""
+    if isinstance(store, cst.Call) and isinstance(store.func, cst.Attribute):
+        return keyed_name(store.func.value)
+    return None
