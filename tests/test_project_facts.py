@@ -1072,3 +1072,25 @@ def test_a_librarys_save_writes_the_files_it_names(tmp_path, loaded, preview):
              if f.code == "MEM007"]
     assert [(Path(f.path).name, f.line, f.preview) for f in found] == \
         [("finetune.py", 6, preview)]
+
+
+@pytest.mark.parametrize("caller, preview", [
+    ("from utils import *\nevaluate(net, batches)\n", False),  # run through a star import
+    ("import utils\n", True),  # nothing runs it
+])
+def test_a_function_named_for_inference_needs_a_caller(tmp_path, caller, preview):
+    """`evaluate_model` in `utils.py`, named for inference with no `eval()`,
+    is the rule's own finding where a script runs it with grad on, also
+    after `from utils import *` (Text-Classification-Models-Pytorch); with no
+    caller, a preview variant."""
+    from memlint import Settings
+
+    (tmp_path / "utils.py").write_text(
+        "import torch\n\ndef evaluate(model, batches):\n"
+        "    return [model(x.cuda()).argmax(1) for x in batches]\n")
+    (tmp_path / "main.py").write_text(
+        "import torch\nnet = torch.nn.Linear(2, 2).cuda()\nbatches = [torch.zeros(1, 2)]\n"
+        + caller)
+    found = [f for f in check_paths([str(tmp_path)], Settings(preview=True), jobs=1).findings
+             if f.code == "MEM004"]
+    assert [(Path(f.path).name, f.preview) for f in found] == [("utils.py", preview)]

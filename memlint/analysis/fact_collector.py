@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import builtins
+
 import libcst as cst
 
 from memlint.analysis.autograd_values import AutogradValues
@@ -30,6 +32,8 @@ class FactCollector:
         #: names bound by relative imports (`from .validation import validate`:
         #: `validate` -> `.validation.validate`), which the import table leaves out
         self._relative: dict[str, str] = {}
+        #: the project modules this file imports every name of (`from utils import *`)
+        self._star_imports: list[str] = []
         #: per class being walked, the names each of its methods calls (`model_calls`)
         self._class_calls: list[dict[str, set[str]]] = []
         #: what forwards' returned tuples hold (`forward_elements`)
@@ -85,7 +89,12 @@ class FactCollector:
             if len(earlier) == len(clean) else ()
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if not node.relative or isinstance(node.names, cst.ImportStar):
+        if isinstance(node.names, cst.ImportStar):
+            module = dotted_name(node.module) if node.module else ""
+            if node.relative or not (module or "").startswith(("torch", "numpy")):
+                self._star_imports.append("." * len(node.relative) + (module or ""))
+            return
+        if not node.relative:
             return
         package = "." * len(node.relative) + (dotted_name(node.module) or "" if node.module else "")
         for alias in node.names:
@@ -138,6 +147,11 @@ class FactCollector:
         # (`Project.calls_of`): `print(x)` and `len(x)` need no places
         places = self._places(node) if "." in callee else ""
         self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written, places))
+        if "." not in callee and self._star_imports and not hasattr(builtins, callee):
+            # `evaluate_model(...)` after `from utils import *`: perhaps utils'
+            places = self._places(node)
+            self.facts.calls.extend(CallFact(f"{module}.{callee}", self.ctx.grad_disabled,
+                                             written, places) for module in self._star_imports)
 
     def _places(self, node: cst.Call) -> str:
         """`CallFact.places`: read from each argument's own binding only (a
