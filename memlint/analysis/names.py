@@ -175,12 +175,3 @@ def has_star_kwargs(call: cst.Call) -> bool:
 
 def has_star_args(call: cst.Call) -> bool:
     return any(arg.star == "*" for arg in call.args)
-
-
-def is_parameter(name: str | None, function: cst.FunctionDef | None) -> bool:
-    """`model_path` of `def load_model(model, model_path)`: a path its callers
-    choose, not the one another function's parameter of that name held."""
-    params = function.params if function is not None else None
-    return name is not None and params is not None and any(
-        p.name.value == name for p in (*params.posonly_params, *params.params,
-                                      *params.kwonly_params))

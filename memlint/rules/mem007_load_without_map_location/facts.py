@@ -53,6 +53,7 @@ class SavesSeen:
         #: the path expressions of `torch.save` calls, by whether what they saved is on the CPU
         self.saved_on_cpu: set[str] = set()
         self.saved_maybe_gpu: set[str] = set()
+        self.flat_saves: set[str] = set()  # paths saved a module's `state_dict()` itself
         #: names of models moved to a GPU so far (a model saved before is on the CPU)
         self.moved_to_gpu: set[str] = set()
         #: where each model name was last moved, in walk order: "cpu" after a
@@ -129,6 +130,8 @@ class SavesSeen:
         key = path_key(path)
         if key is not None:
             (self.saved_on_cpu if on_cpu else self.saved_maybe_gpu).add(key)
+            if _state_dict_of(self.ctx.binding(dotted_name(saved) or "") or saved):
+                self.flat_saves.add(key)  # no `["state_dict"]` entry to take out
             self.last_saves.setdefault(self.ctx.function, {})[key] = on_cpu
         shown_moved = moved_to_cpu or self._items_moved_to_cpu(saved)
         if collector is not None and (made_here is not None or shown_moved) and not (

@@ -12,7 +12,7 @@ from memlint.analysis.gpu_selection import (in_single_process_arm, reads_launche
                                             shows_one_gpu)
 from memlint.analysis.model_sizes import parameter_count
 from memlint.analysis.module_index import ModuleIndex
-from memlint.analysis.names import call_arg, dotted_name, is_parameter
+from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.spawned import SpawnedCode
 from memlint.analysis.saved_files import (DATA_KEYS, OPTIMIZER_NAME, file_named_in, literal_key,
                                           path_key)
@@ -296,11 +296,10 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
             if load.into is not None and OPTIMIZER_NAME.search(load.into) and not distributed:
                 continue  # no copy in one process; with ranks (seen anywhere) each on cuda:0
             path = path_key(node.args[0].value) if node.args else None
-            if load.saved_before is True or (load.saved_before is None
-                                             and path in self.saved_on_cpu
-                                             and path not in self.saved_maybe_gpu
-                                             and not is_parameter(path, load.function)):
-                continue  # saved in this file from CPU values (a parameter: the caller's path)
+            as_written = path not in self.flat_saves or not self.entries_taken.get(model or "")
+            if load.saved_before is True or (load.saved_before is None and as_written and path
+                                             in self.saved_on_cpu - self.saved_maybe_gpu):
+                continue  # saved in this file from CPU values, and read as it was written
             if node in self.built_by_plain_class and model not in self.optimizer_entries:
                 continue  # weights or bookkeeping read while an object is built
             unless: Condition = UnlessProjectOnCpu.here(self.ctx)
