@@ -349,6 +349,28 @@ class ModuleIndex:
                     todo.append(site.caller)
         return roots, passed
 
+    def ways_in(self, function: FunctionInfo) -> tuple[FunctionInfo, ...] | None:
+        """The functions and methods of this module through which other code
+        runs `function` with grad on: it, or the callers here with no caller
+        of their own that reach it. None when the module's top level runs it
+        so (a script's `__main__` block). Unlike `entered_from`, methods are
+        ways in too (other files call them by name); a function handed to a
+        call as a value is not followed here."""
+        roots: list[FunctionInfo] = []
+        seen, todo = {function}, [function]
+        while todo:
+            current = todo.pop()
+            callers = [site for site in self.call_sites(current) if not site.grad_disabled
+                       and (site.caller is None or not self.grad_disabled_by_callers(site.caller))]
+            if any(site.caller is None for site in callers):
+                return None
+            roots += [] if callers else [current]
+            for site in callers:
+                if site.caller is not None and site.caller not in seen:
+                    seen.add(site.caller)
+                    todo.append(site.caller)
+        return tuple(roots)
+
     def _grad_off_by_callers_set(self) -> set[FunctionInfo]:
         if self._grad_off_by_callers is None:
             self._grad_off_by_callers = self._solve_grad_off_by_callers()

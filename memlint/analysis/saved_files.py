@@ -371,8 +371,6 @@ def holds_an_optimizer(saved: cst.BaseExpression, ctx: Context) -> bool:
         for e in value.elements)
 
 
-
-
 def download_destination(node: cst.Call, qualified: str | None) -> str | None:
     """Where a download call puts the file it fetches (`urlretrieve(url,
     path)`, `torch.hub.download_url_to_file`, `gdown.download`): a file

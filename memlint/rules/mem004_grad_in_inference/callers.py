@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from memlint.analysis.module_index import FunctionInfo, ModuleIndex
 from memlint.analysis.names import dotted_name
 from memlint.analysis.project import Condition, Project
 
@@ -86,23 +85,3 @@ class PreviewUnlessRunWithGradOn(Condition):
                 return False
         return not any(facts.method_calls.get(method) is False for facts in project.modules
                        for method in self.methods if facts.module != self.module)
-
-
-def ways_in(info: FunctionInfo, index: ModuleIndex) -> tuple[FunctionInfo, ...] | None:
-    """The functions of the file through which other code runs `info` with
-    grad on (it, or the callers with no caller here that reach it); None
-    when the file's top level runs it so (a script's `__main__` block)."""
-    roots: list[FunctionInfo] = []
-    seen, todo = {info}, [info]
-    while todo:
-        current = todo.pop()
-        callers = [site for site in index.call_sites(current) if not site.grad_disabled
-                   and (site.caller is None or not index.grad_disabled_by_callers(site.caller))]
-        if any(site.caller is None for site in callers):
-            return None
-        roots += [] if callers else [current]
-        for site in callers:
-            if site.caller is not None and site.caller not in seen:
-                seen.add(site.caller)
-                todo.append(site.caller)
-    return tuple(roots)

@@ -18,7 +18,7 @@ from memlint.analysis.project import (Condition, Either, EveryOne, UnlessCalledT
 from memlint.finding import UNSAFE
 from memlint.rules.base import FixPlan
 from memlint.rules.mem004_grad_in_inference.callers import (
-    PreviewUnlessRunWithGradOn, UnlessCallersGiveHostInputs, forward_slots, ways_in)
+    PreviewUnlessRunWithGradOn, UnlessCallersGiveHostInputs, forward_slots)
 from memlint.rules.mem004_grad_in_inference.forwards import Unit
 
 #: Words of a function name that say it runs inference (`run_validation`, `evalModel`).
@@ -186,7 +186,7 @@ def unless_run_by_name_only(unit: Unit, info: FunctionInfo | None, index: Module
     The name says what the function is for, not the grad mode it runs in."""
     if unit.node is None or unit.forward_after_eval or info is None:
         return None
-    roots = ways_in(info, index)
+    roots = index.ways_in(info)
     if roots is None:
         return None  # the file's top level runs it with grad on
     return PreviewUnlessRunWithGradOn(
