@@ -66,6 +66,30 @@ def test_grad_mode_comes_in_through_the_callers_of_a_helpers_callers(tmp_path, c
     assert codes(tmp_path) == reported
 
 
+#: FCGF's `benchmark_3dmatch.py`: `extract_features_batch` calls the helper
+#: with grad on, and the script calls it under `no_grad` only
+BATCHES = ("import torch\nfrom utils import evaluate\n"
+           "def extract_features_batch(model, loader):\n"
+           "    return evaluate(model, loader)\n")
+
+
+@pytest.mark.parametrize("script, more, reported", [
+    ("with torch.no_grad():\n    extract_features_batch(net, loader)\n", "", []),
+    ("extract_features_batch(net, loader)\n", "", [("utils.py", 4, "MEM004")]),
+    # a third file runs the caller with grad on: grad is on in the helper
+    ("with torch.no_grad():\n    extract_features_batch(net, loader)\n",
+     "from benchmark import extract_features_batch\nextract_features_batch(net, loader)\n",
+     [("utils.py", 4, "MEM004")]),
+])
+def test_a_helpers_caller_in_another_file_that_its_file_runs_grad_off(tmp_path, script, more,
+                                                                        reported):
+    (tmp_path / "utils.py").write_text(EVALUATE)
+    (tmp_path / "benchmark.py").write_text(BATCHES + script)
+    if more:
+        (tmp_path / "demo.py").write_text("import torch\n" + more)
+    assert codes(tmp_path) == reported
+
+
 def test_a_helper_also_called_with_grad_on_at_module_level_stays_reported(tmp_path):
     (tmp_path / "utils.py").write_text(CASES + "test_all_case(None, [])\n")
     (tmp_path / "test.py").write_text(

@@ -66,7 +66,10 @@ class Scope:
     sites: dict[str, BindingSite] = field(default_factory=dict)
     loops: list[Loop] = field(default_factory=list)
     loop_targets: dict[str, cst.For] = field(default_factory=dict)
-    grad: list[bool] = field(default_factory=list)  # innermost last; True = enabled
+    #: innermost last: (enabled, chosen), chosen when the code set the mode
+    #: itself (`no_grad`, `enable_grad`, `set_grad_enabled(training)`), not
+    #: left it at autograd's default
+    grad: list[tuple[bool, bool]] = field(default_factory=list)
 
 
 class Context:
@@ -156,7 +159,17 @@ class Context:
         `torch.set_grad_enabled(False)` ... in this function or one enclosing it."""
         for scope in reversed(self.scopes):
             if scope.grad:
-                return not scope.grad[-1]
+                return not scope.grad[-1][0]
+        return False
+
+    @property
+    def grad_chosen(self) -> bool:
+        """True where the code sets the grad mode itself: under `no_grad`,
+        `enable_grad`, or `set_grad_enabled(is_train)`, whose argument decides
+        at run time. Its author decided whether autograd records there."""
+        for scope in reversed(self.scopes):
+            if scope.grad:
+                return scope.grad[-1][1]
         return False
 
     @property
@@ -193,6 +206,13 @@ class Context:
             if in_else != negated:
                 return True
         return False
+
+    def in_version_gate(self) -> bool:
+        """Inside either branch of an `if` on the installed PyTorch's version
+        (`if LooseVersion(torch.__version__) > LooseVersion('0.3.1'):`): code
+        for one release line, its author's shim for the other."""
+        return any(type(ancestor) is cst.If and _tests_torch_version(ancestor.test)
+                   for ancestor in self.ancestors[:-1])
 
     @property
     def parent(self) -> cst.CSTNode | None:
@@ -365,14 +385,18 @@ class Context:
         for decorator in node.decorators:
             mode = self.decorator_grad_mode(decorator.decorator)
             if mode is not None:
-                scope.grad.append(mode)
+                scope.grad.append((mode, True))
         self.scopes.append(scope)
         self._changes += 1
 
     def _enter_with(self, node: cst.With) -> None:
         modes = [self.grad_mode_of(item.item) for item in node.items]
         known = [m for m in modes if m is not None]
-        self.scope.grad.append(known[-1] if known else self._current_grad())
+        if known:
+            self.scope.grad.append((known[-1], True))
+        else:
+            chosen = any(self.sets_grad_mode(item.item) for item in node.items)
+            self.scope.grad.append((self._current_grad(), chosen or self.grad_chosen))
 
     def _leave_scope(self, node: cst.CSTNode) -> None:
         self.scopes.pop()
@@ -400,10 +424,19 @@ class Context:
             return literal_bool(call.args[0].value)
         return None
 
+    def sets_grad_mode(self, node: cst.BaseExpression) -> bool:
+        """`torch.set_grad_enabled(...)` whatever its argument (`is_train`,
+        `self.training`): the mode is the code's choice, made at run time."""
+        node = self.resolve(node)
+        return isinstance(node, cst.Call) and bool(node.args) \
+            and self.names.qualify(node.func) in GRAD_MODE_SETTERS
+
     def _leave_expression_statement(self, node: cst.Expr) -> None:
         mode = self.switched_grad_mode(node)
         if mode is not None:
-            self.scope.grad.append(mode)
+            self.scope.grad.append((mode, True))
+        elif self.sets_grad_mode(node.value):
+            self.scope.grad.append((self._current_grad(), True))
 
     def _current_grad(self) -> bool:
         return not self.grad_disabled
@@ -509,6 +542,13 @@ _TEST_FOLDERS = {"tests", "testing"}
 def is_test_path(path: str) -> bool:
     parts = re.split(r"[\\/]", path)
     return bool(_TEST_FILE.fullmatch(parts[-1])) or any(p in _TEST_FOLDERS for p in parts[:-1])
+
+
+def _tests_torch_version(test: cst.BaseExpression) -> bool:
+    return "torch.__version__" in _EMPTY_MODULE.code_for_node(test)
+
+
+_EMPTY_MODULE = cst.Module([])
 
 
 def _tests_for_cuda(test: cst.BaseExpression) -> bool:

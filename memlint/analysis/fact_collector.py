@@ -12,6 +12,7 @@ from memlint.analysis.context import Context
 from memlint.analysis.datasets import decodes_media, is_media_dataset
 from memlint.analysis.devices import made_on_cuda
 from memlint.analysis.gpu_selection import hides_gpus, sets_current_device
+from memlint.analysis.module_index import FunctionInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import CallFact, ModuleFacts
 from memlint.analysis.screens import DEVICE_SETTER_TAILS
@@ -41,6 +42,10 @@ class FactCollector:
         #: per function being walked: a top-level one's parameters (None for
         #: any other) and, by position, the grad mode of each call of one
         self._callbacks: list[tuple[list[str] | None, dict[int, list[bool]]]] = []
+        self.index = ModuleIndex.of(ctx)
+        #: calls made with grad on in a top-level function: (index in
+        #: `facts.calls`, the function), for `CallFact.within_grad_off`
+        self._calls_in_functions: list[tuple[int, FunctionInfo]] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if any(is_media_dataset(self.ctx.qualify(base.value)) for base in node.bases):
@@ -146,12 +151,29 @@ class FactCollector:
         # only a callee reached through an import names another file's function
         # (`Project.calls_of`): `print(x)` and `len(x)` need no places
         places = self._places(node) if "." in callee else ""
+        self._note_caller()
         self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written, places))
         if "." not in callee and self._star_imports and not hasattr(builtins, callee):
             # `evaluate_model(...)` after `from utils import *`: perhaps utils'
             places = self._places(node)
+            for offset in range(len(self._star_imports)):
+                self._note_caller(len(self.facts.calls) + offset)
             self.facts.calls.extend(CallFact(f"{module}.{callee}", self.ctx.grad_disabled,
                                              written, places) for module in self._star_imports)
+
+    def _note_caller(self, position: int | None = None) -> None:
+        """Remember the top-level function a call with grad on is made in."""
+        caller = self.index.current
+        if caller is not None and caller.class_name is None and caller.parent is None \
+                and not self.ctx.grad_disabled:
+            self._calls_in_functions.append(
+                (len(self.facts.calls) if position is None else position, caller))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        calls = self.facts.calls
+        for position, caller in self._calls_in_functions:
+            if self.index.grad_disabled_by_callers(caller):
+                calls[position] = calls[position]._replace(within_grad_off=caller.name)
 
     def _places(self, node: cst.Call) -> str:
         """`CallFact.places`: read from each argument's own binding only (a

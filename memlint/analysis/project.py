@@ -54,6 +54,10 @@ class CallFact(NamedTuple):
     #: host here (`torch.rand(...)`, `.cpu()`), "c" on a CUDA device, "?" not
     #: told; "" when none is on the host (what most calls are)
     places: str = ""
+    #: with grad on at the call: the top-level function of this file it is
+    #: made in, when every call of that function in this file runs with grad
+    #: off (FCGF's `extract_features_batch`, called under `no_grad` only)
+    within_grad_off: str = ""
 
 
 @dataclass
@@ -495,13 +499,15 @@ class UnlessCallersDisableGrad(Condition):
 
     def drops(self, project: Project) -> bool:
         sites = project.calls_of(self.module, self.function)
-        return (bool(sites) or not self.called) and all(call.grad_disabled for _, call in sites)
+        return (bool(sites) or not self.called) and all(
+            project.runs_grad_off(facts, call) for facts, call in sites)
 
     def related(self, project: Project) -> list[Related]:
         """Each call from another file that runs with autograd on."""
         found = []
         for facts, call in project.calls_of(self.module, self.function):
-            position = None if call.grad_disabled else project.position_of(facts, call)
+            position = None if project.runs_grad_off(facts, call) \
+                else project.position_of(facts, call)
             if position is not None:
                 found.append(Related(facts.path, *position,
                                      f"'{self.function}' is called here with autograd on"))
@@ -944,6 +950,16 @@ class Project:
             found.extend((facts, call) for call in facts.calls
                          if self._names_function(facts.module, call.callee, module, function))
         return found
+
+    def runs_grad_off(self, facts: ModuleFacts, call: CallFact) -> bool:
+        """Whether `call` (made in `facts`' file) runs with grad off: under
+        `no_grad` there, or in a function its file calls only so and no other
+        file calls with grad on (one file further out: a chain of helpers
+        reaching across more files is taken as running with grad on)."""
+        if call.grad_disabled:
+            return True
+        return bool(call.within_grad_off) and all(
+            outer.grad_disabled for _, outer in self.calls_of(facts.module, call.within_grad_off))
 
     def _names_function(self, importer: str, callee: str, module: str, function: str) -> bool:
         """Whether `callee`, as `importer` names it (`pkg.utils.evaluate`,

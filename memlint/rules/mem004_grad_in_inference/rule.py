@@ -12,9 +12,8 @@ from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.pickled_modules import UnlessUnpickledFrozen, unpickling_loader
 from memlint.analysis.saved_files import calls_in
-from memlint.analysis.project import (Either, UnlessCalleesRunItGradOff,
-                                      UnlessForwardDisablesGrad, UnlessForwardNeedsGrad,
-                                      UnlessProjectOnCpu)
+from memlint.analysis.project import (Either, UnlessCalleesRunItGradOff, UnlessForwardDisablesGrad,
+                                      UnlessForwardNeedsGrad, UnlessProjectOnCpu)
 from memlint.analysis.torch_api import GRAD_USERS, VARIABLE
 from memlint.rules.base import Rule, RuleOptions
 from memlint.rules.mem004_grad_in_inference import examples
@@ -125,7 +124,8 @@ class GradInInference(Rule):
             self.unit.grad_after_forward |= self.unit.forward is not None
             return
         if qualified in VARIABLE:
-            if is_volatile(node) and not self.index.grad_disabled and not self.ctx.in_cpu_branch():
+            if is_volatile(node) and not self.index.grad_disabled and not self.ctx.in_cpu_branch() \
+                    and not self.ctx.in_version_gate():
                 after_eval = any(self.unit.evaluated.values())
                 # the first one, or the first after `.eval()` in a function that also trains
                 if self.unit.volatile is None or (after_eval and not self.unit.volatile_after_eval):
@@ -163,8 +163,8 @@ class GradInInference(Rule):
         if warm_up is not None and not self.unit.warmed_up \
                 and self._module_run_by(node) == warm_up[2]:
             self.unit.warmed_up = True  # the work the warm-up prepared follows
-        if self.unit.forward is not None or self.index.grad_disabled:
-            return
+        if self.unit.forward is not None or self.index.grad_disabled or self.ctx.grad_chosen:
+            return  # (grad on by the code's own choice: `enable_grad`, `set_grad_enabled(x)`)
         if self.unit.any_forward is not None and not self.unit.evaluated \
                 and not self._inference_named():
             return  # nothing left to learn here: its first forward is known, none can be inference
