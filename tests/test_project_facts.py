@@ -362,6 +362,24 @@ def test_a_model_whose_forward_disables_grad_in_another_file(tmp_path, decorated
     assert codes(tmp_path) == ([("infer.py", 6, "MEM004")] if reported else [])
 
 
+@pytest.mark.parametrize("decorated, annotation, reported", [
+    (True, ": Transformer", False), (False, ": Transformer", True), (True, "", True)])
+def test_a_model_known_by_its_parameters_annotation(tmp_path, decorated, annotation, reported):
+    """LLaMA-Adapter's `generation.py`: `LLaMA(model: Transformer)` runs
+    `self.model.forward(...)`, and `model.py` decorates `Transformer.forward`
+    with @torch.inference_mode(). Without the annotation the class is unknown."""
+    (tmp_path / "model.py").write_text(
+        "import torch\nclass Transformer(torch.nn.Module):\n"
+        + ("    @torch.inference_mode()\n" if decorated else "")
+        + "    def forward(self, tokens, start):\n        return tokens * 2\n")
+    (tmp_path / "generation.py").write_text(
+        "import torch\nfrom model import Transformer\n"
+        f"class LLaMA:\n    def __init__(self, model{annotation}):\n        self.model = model\n"
+        "    def generate(self, tokens):\n        self.model.eval()\n"
+        "        return self.model.forward(tokens.cuda(), 0)\n")
+    assert codes(tmp_path) == ([("generation.py", 8, "MEM004")] if reported else [])
+
+
 @pytest.mark.parametrize("saver, reported", [
     # KAIR's save_network: every tensor moved to the CPU before the save
     ("    state_dict = network.state_dict()\n"

@@ -643,6 +643,19 @@ class BackwardFlows:
         return flow is not None and any(start <= stored_at < end
                                         for start, end in flow.reach.get(name, ()))
 
+    def binding_backwarded(self, scope: cst.CSTNode, name: str,
+                           statement: cst.CSTNode | None) -> bool:
+        """Whether the value `statement` binds to `name` (`out = model(x)`)
+        reaches a backward in the same function (`loss = crit(out, y)`, then
+        `loss.backward()` or `loss_scaler(loss, optimizer)`)."""
+        flow = self._flows.get(id(scope))
+        if flow is None:
+            return False
+        stored_at = self._positions.get(id(statement), -1)
+        bound = min((at for at, _, _ in flow.sources.get(name, ()) if at > stored_at),
+                    default=None)
+        return any(start == bound for start, _ in flow.reach.get(name, ()))
+
     def value_backwarded(self, scope: cst.CSTNode, name: str,
                          statement: cst.CSTNode | None) -> bool:
         """Whether the value `name` holds at `statement` reaches a backward in

@@ -434,7 +434,9 @@ class Context:
     def _leave_expression_statement(self, node: cst.Expr) -> None:
         mode = self.switched_grad_mode(node)
         if mode is not None:
-            self.scope.grad.append((mode, True))
+            # a global switch back on is no sign of a need for gradients, as a
+            # scoped `with torch.enable_grad():` is (ElegantRL's validation)
+            self.scope.grad.append((mode, not mode))
         elif self.sets_grad_mode(node.value):
             self.scope.grad.append((self._current_grad(), True))
 

@@ -16,6 +16,7 @@ import libcst as cst
 
 from memlint.analysis.context import Context
 from memlint.analysis.devices import string_value
+from memlint.analysis.models import set_in_init
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import dotted_name
 from memlint.analysis.torch_api import ARCHITECTURE_PARAMETERS, HUB_MODEL_PARAMETERS
@@ -41,7 +42,7 @@ def parameter_count(value: cst.BaseExpression | None, ctx: Context, index: Modul
         value = value.func.value  # `resnet50().cuda().eval()`
     name = dotted_name(value)
     if name is not None:
-        bound = ctx.binding(name) or _set_in_init(name, ctx)
+        bound = ctx.binding(name) or set_in_init(name, ctx)
         return None if bound is None or bound is value else \
             parameter_count(bound, ctx, index, depth + 1)
     if not isinstance(value, cst.Call):
@@ -58,20 +59,6 @@ def parameter_count(value: cst.BaseExpression | None, ctx: Context, index: Modul
         return None  # a function's result: what it builds is not shown here
     found = [part for part in parts if part is not None]
     return max(found) if found else None  # a lower bound: the largest part it holds
-
-
-def _set_in_init(name: str, ctx: Context) -> cst.BaseExpression | None:
-    """`self.model` in a method: what the class's `__init__` assigns it, when
-    it assigns it once."""
-    class_def = ctx.class_def
-    if not name.startswith("self.") or class_def is None:
-        return None
-    values = [statement.value for method in class_def.body.body
-              if isinstance(method, cst.FunctionDef) and method.name.value == "__init__"
-              for line in method.body.body if isinstance(line, cst.SimpleStatementLine)
-              for statement in line.body if isinstance(statement, cst.Assign)
-              and [dotted_name(t.target) for t in statement.targets] == [name]]
-    return values[0] if len(values) == 1 else None
 
 
 def _library_model(call: cst.Call, ctx: Context) -> float | None:

@@ -70,6 +70,46 @@ def class_built(built: cst.BaseExpression | None) -> str | None:
     return name.rsplit(".", 1)[-1] if name is not None and named_like_a_class(name) else None
 
 
+def set_in_init(name: str, ctx: Context) -> cst.BaseExpression | None:
+    """`self.model` in a method: what the class's `__init__` assigns it, when
+    it assigns it once."""
+    init = _init_of(ctx)
+    if not name.startswith("self.") or init is None:
+        return None
+    values = [statement.value for line in init.body.body
+              if isinstance(line, cst.SimpleStatementLine)
+              for statement in line.body if isinstance(statement, cst.Assign)
+              and [dotted_name(t.target) for t in statement.targets] == [name]]
+    return values[0] if len(values) == 1 else None
+
+
+def annotated_class(name: str, ctx: Context) -> str | None:
+    """The class a parameter's annotation names for a model (`def __init__(self,
+    model: Transformer)`, then `self.model = model`; or `def run(model: Net)`):
+    the class whose `forward` the model runs."""
+    function = ctx.function
+    if name.startswith("self."):
+        value, function = set_in_init(name, ctx), _init_of(ctx)
+        name = value.value if isinstance(value, cst.Name) else ""
+    if function is None or not name:
+        return None
+    params = function.params
+    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+        if param.name.value == name and param.annotation is not None:
+            written = dotted_name(param.annotation.annotation) or ""
+            last = written.rsplit(".", 1)[-1]
+            return last if named_like_a_class(written) else None
+    return None
+
+
+def _init_of(ctx: Context) -> cst.FunctionDef | None:
+    class_def = ctx.class_def
+    if class_def is None:
+        return None
+    return next((method for method in class_def.body.body if isinstance(method, cst.FunctionDef)
+                 and method.name.value == "__init__"), None)
+
+
 def unchained(value: cst.BaseExpression) -> cst.BaseExpression:
     """`Net()` for `Net().to(device).eval()`: what the chain of methods that
     return their module was called on."""

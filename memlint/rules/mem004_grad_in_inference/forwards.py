@@ -34,7 +34,8 @@ _SELF_GUARDED = ("ultralytics.", "transformers.pipeline", "sentence_transformers
 _VERB_PREFIXES = {"setup", "load", "build", "get", "create", "make", "init", "prepare", "save",
                   "export", "wrap", "compile", "update", "copy", "run", "call", "fit", "train",
                   "to", "eval", "evaluate", "convert", "freeze", "unwrap", "set", "apply", "print",
-                  "log", "check", "is", "has", "reset", "register", "fuse", "quantize", "prune"}
+                  "log", "check", "is", "has", "reset", "register", "fuse", "quantize", "prune",
+                  "process", "preprocess", "postprocess", "tokenize", "collate"}
 #: `DummyModel(...)`, `Net()`: calling a class builds a module, it runs no forward
 #: (`G_AB`, `netG`, `model` are instances)
 _MODEL_BASE_SUFFIXES = ("Model", "Module", "Net", "Network")
@@ -187,8 +188,9 @@ class Forwards:
             return None
         written = judged.rsplit(".", 1)[-1]
         last = written.lower()
-        if last.split("_", 1)[0] in _VERB_PREFIXES:
-            return None
+        words = last.strip("_").split("_")
+        if words[0] in _VERB_PREFIXES or "for" in words[:-1] or "to" in words[1:-1]:
+            return None  # `_process_mentions_for_model`: work done for a model, not one
         # `G(z)`, `D(x)`: a GAN's generator and discriminator, by the capital letter
         return name if _MODEL_NAMES.fullmatch(last) or written in ("G", "D") else None
 

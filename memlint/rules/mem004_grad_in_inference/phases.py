@@ -13,6 +13,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import BackwardFlows
 from memlint.analysis.context import Context
 from memlint.analysis.module_index import CallSite, FunctionInfo, ModuleIndex
+from memlint.analysis.names import ImportTable
 from memlint.analysis.project import (Condition, Either, EveryOne, UnlessCalledToTrain,
                                       UnlessCallersDisableGrad, UnlessProjectOnCpu)
 from memlint.finding import UNSAFE
@@ -41,6 +42,21 @@ def evaluates_after_training(unit: Unit) -> bool:
     training phase's, not the evaluation's; Grad-CAM's backward comes after
     its forward."""
     return unit.node is not None and unit.forward_after_eval and not unit.grad_after_forward
+
+
+def trained_at_top_level(module: cst.Module, names: ImportTable,
+                         statement: cst.CSTNode | None) -> bool:
+    """Whether a top-level forward's result (`restored = model(x)`) reaches a
+    backward after it, also one a library call runs when handed the loss and
+    the optimizer the script zeroes (timm's `loss_scaler(loss, optimizer)`,
+    Uformer's training loop after an evaluation block): a training forward,
+    whatever `.eval()` came before it."""
+    assign = statement.body[0] if type(statement) is cst.SimpleStatementLine else None
+    if type(assign) is not cst.Assign or len(assign.targets) != 1 \
+            or type(assign.targets[0].target) is not cst.Name:
+        return False
+    flows = BackwardFlows(module, names, {id(statement)})
+    return flows.binding_backwarded(module, assign.targets[0].target.value, statement)
 
 
 def is_inference_name(node: cst.FunctionDef) -> bool:

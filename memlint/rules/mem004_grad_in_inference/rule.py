@@ -7,7 +7,7 @@ import libcst as cst
 from memlint.analysis.autograd_values import BackwardFlows
 from memlint.analysis.context import Context
 from memlint.analysis.devices import moves_to_cuda
-from memlint.analysis.models import class_built
+from memlint.analysis.models import annotated_class, class_built
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
 from memlint.analysis.pickled_modules import UnlessUnpickledFrozen, unpickling_loader
@@ -22,7 +22,8 @@ from memlint.rules.mem004_grad_in_inference.forwards import (VOLATILE_TOO, Forwa
 from memlint.rules.mem004_grad_in_inference.phases import (
     GRAD_METHODS, LIGHTNING_HOOK, TORCH_ROOTS, after_train_call, evaluates_after_training,
     differentiated_by_helper, inference_through_helpers, is_inference_name, no_grad_fix,
-    own_eval, part_of_training, unless_elsewhere, unless_run_by_name_only)
+    own_eval, part_of_training, trained_at_top_level, unless_elsewhere,
+    unless_run_by_name_only)
 
 
 class GradInInference(Rule):
@@ -238,10 +239,10 @@ class GradInInference(Rule):
         """The unit's forward to judge: its first unguarded one, or a discarded
         one that no forward of its model follows (a profiled or timed run)."""
         unit = self.unit
-        unit.forward = (node, statement, module)
+        unit.forward, unit.forward_after_eval = (node, statement, module), after_eval
         if (loader := unpickling_loader(built, self.ctx)) is not None:
             self.unpickled[node] = loader
-        unit.forward_after_eval, unit.forward_class = after_eval, class_built(built)
+        unit.forward_class = class_built(built) or annotated_class(module, self.ctx)
         if unit.node is None:
             # at the top level only a backward that follows counts (a script
             # that trains, then predicts)
@@ -377,8 +378,8 @@ class GradInInference(Rule):
 
     def _left_alone(self, unit: Unit, module: str) -> bool:
         """Whether `unit`'s unguarded forward of `module` is no inference to report."""
-        if unit.node is None:
-            return False
+        if unit.node is None:  # (a pending unit has a forward; the walk saw the module)
+            return trained_at_top_level(self.module, self.ctx.names, unit.forward[1])  # type: ignore
         name = unit.node.name.value
         if name.lstrip("_").startswith("test") and self.ctx.in_test_file:
             return True  # `test_*` and its `_test_*` helpers: "test" is pytest's word here
