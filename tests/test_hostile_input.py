@@ -366,3 +366,14 @@ def test_a_worker_that_dies_hangs_or_hoards_costs_its_task_only(workers):
         assert reasons["hog"].startswith("it needed more than 300 MB of memory")
     assert reasons["exit"] == "the process checking it exited unexpectedly (status 3)"
     assert seconds < 20
+
+
+@JOBS
+def test_pythons_warnings_about_the_users_code_stay_off_stderr(tree, jobs):
+    """`1if x else 2` and `"\\d"` make CPython warn as it parses them: the
+    user's code, not memlint's findings, and noise in every CI log."""
+    (tree / "warned.py").write_text('xs = [1for _ in range(3)]\npattern = "\\d+"\nx = 0x1for\n')
+    result = memlint("--no-cache", "-j", jobs, ".", cwd=tree)
+    assert result.returncode == 1
+    assert GOOD_FINDING in result.stdout.decode()
+    assert result.stderr.decode() == ""

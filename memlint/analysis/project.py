@@ -30,6 +30,7 @@ from memlint.analysis.files import read_regular
 from memlint.analysis.file_names import same_file
 from memlint.analysis.torch_api import AUTOGRAD_GRAD
 from memlint.finding import Finding, Related
+from memlint.analysis.source_lines import parse_quietly
 
 #: Words that show a file may put something on a CUDA device (in its lower-cased
 #: text: substring tests cost a fraction of one case-blind regular expression).
@@ -1011,7 +1012,7 @@ def read_tree(path: str, needle: bytes = b"") -> tuple[str, ast.Module] | None:
         text = importlib.util.decode_source(data)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escapes: not ours to report here
-            return text, ast.parse(data)
+            return text, parse_quietly(data)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError, LookupError):
         return None
 

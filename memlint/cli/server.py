@@ -24,7 +24,6 @@ so that what is checked is exactly what the editor shows.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import os
 import re
@@ -43,6 +42,7 @@ from memlint.engine.source import source_bytes
 from memlint.analysis.source_lines import LINE_BREAK, split_lines
 from memlint.engine.settings import Settings
 from memlint.finding import SAFE, Finding
+from memlint.analysis.source_lines import parse_quietly
 
 try:
     from lsprotocol import types
@@ -188,7 +188,7 @@ def _suppressed_text(lines: list[str], finding: Finding) -> str | None:
     if changed is None:
         return None
     try:
-        ast.parse("".join(lines[:row] + [changed] + lines[row + 1:]))
+        parse_quietly("".join(lines[:row] + [changed] + lines[row + 1:]))
     except (SyntaxError, ValueError):
         return None  # the line ends inside a string
     return changed

@@ -17,13 +17,13 @@ is parsed whole, as `memlint check` always does.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import libcst as cst
 
 from memlint.engine.positions import KnownPositions
+from memlint.analysis.source_lines import parse_quietly
 
 
 class Piece(NamedTuple):
@@ -125,7 +125,7 @@ def cut_at_statements(source: str) -> list[str] | None:
     if "\r" in source or "\f" in source or "\v" in source:
         return None  # other line breaks: Python's lines are not str.splitlines's
     try:
-        tree = ast.parse(source)
+        tree = parse_quietly(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     if not tree.body:

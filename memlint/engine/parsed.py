@@ -5,7 +5,6 @@ file no rule wants (and a run answered from the cache) never loads libcst."""
 
 from __future__ import annotations
 
-import ast
 import gc
 import io
 import tokenize
@@ -31,6 +30,7 @@ from memlint.engine.suppression import is_suppressed
 from memlint.finding import Edit, Finding, Fix, Related
 from memlint.rules import RULES_BY_CODE, SEVERITY_BY_CODE
 from memlint.rules.base import FixPlan, Report, Rule
+from memlint.analysis.source_lines import parse_quietly
 
 
 def check_parsed(source: str, path: str, settings: Settings, noqa: bool,
@@ -157,7 +157,7 @@ def _with_tabs_expanded(source: str) -> cst.Module | None:
     if "\t" not in source:
         return None
     try:
-        ast.parse(source)
+        parse_quietly(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     lines = source.splitlines(keepends=True)
@@ -352,7 +352,7 @@ def _parse_failure(source: str, error: cst.ParserSyntaxError) -> tuple[int, int,
     know ("Missing parentheses in call to 'print'"), so it is preferred; libcst's
     is the fallback for syntax newer than the running Python."""
     try:
-        ast.parse(source)
+        parse_quietly(source)
     except SyntaxError as python_error:
         if python_error.lineno:
             return (python_error.lineno, max(python_error.offset or 1, 1),

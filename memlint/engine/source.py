@@ -8,7 +8,6 @@ of them, positions computed only when something was reported.
 
 from __future__ import annotations
 
-import ast
 
 from memlint.analysis.project import (ModuleFacts, Project, imported_modules,
                                       mentions_cuda, module_name,
@@ -20,6 +19,7 @@ from memlint.engine.suppression import skips_file
 from memlint.engine.syntax import syntax_error
 from memlint.finding import Finding
 from memlint.rules.catalogue import CATALOGUE
+from memlint.analysis.source_lines import parse_quietly
 
 
 def check_source(source: str | bytes, path: str = "<stdin>",
@@ -78,7 +78,7 @@ def _syntax_check_only(source: str, path: str) -> list[Finding]:
     when it refuses is libcst asked too, so that syntax newer than the running
     Python (libcst knows it) is not mistaken for an error."""
     try:
-        ast.parse(source)
+        parse_quietly(source)
         return []
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         pass

@@ -9,6 +9,7 @@ import ast
 import re
 from itertools import accumulate
 
+from memlint.analysis.source_lines import parse_quietly
 from memlint.finding import Finding
 from memlint.rules import NAMES_BY_CODE, SYNTAX_ERROR_CODE
 
@@ -38,7 +39,7 @@ def nested_too_deeply(source: str) -> tuple[int, int, str] | None:
     if not _looks_deep(source):
         return None
     try:
-        tree = ast.parse(source)
+        tree = parse_quietly(source)
     except (RecursionError, MemoryError):
         line = _where_deep(source)
         return line, 1, (f"cannot parse the file: an expression from line {line} is nested or "
