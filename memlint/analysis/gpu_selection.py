@@ -16,7 +16,7 @@ import re
 
 import libcst as cst
 
-from memlint.analysis.context import Context
+from memlint.analysis.context import Context, either_values
 from memlint.analysis.devices import cuda_tensor_type, string_value
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.screens import CUDA_VISIBLE, SETS_ENVIRONMENT
@@ -230,6 +230,14 @@ def default_device_use(call: cst.Call, ctx: Context) -> str | None:
     if device is not None and unindexed_cuda(device.value, ctx):
         return "made on 'cuda' without an index"
     return None
+
+
+def mapped_where_saved(node: cst.BaseExpression, ctx: Context) -> bool:
+    """A `map_location` that restores tensors where they were saved, as none
+    does: `None`, or `None` on one arm of a choice (`map_location=None if
+    args.cuda else "cpu"`: on the GPU, where the finding's cost is)."""
+    values = either_values(ctx.resolve(node))
+    return any(type(value) is cst.Name and value.value == "None" for value in values)
 
 
 def unindexed_cuda(node: cst.BaseExpression, ctx: Context, depth: int = 0) -> bool:

@@ -8,8 +8,8 @@ from memlint.analysis.context import Context
 from memlint.analysis.datasets import is_dataset_class
 from memlint.analysis.devices import gpu_option
 from memlint.analysis.flows import root_name
-from memlint.analysis.gpu_selection import (in_single_process_arm, reads_launcher_rank,
-                                            shows_one_gpu)
+from memlint.analysis.gpu_selection import (in_single_process_arm, mapped_where_saved,
+                                            reads_launcher_rank, shows_one_gpu)
 from memlint.analysis.model_sizes import parameter_count
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
@@ -207,7 +207,8 @@ class LoadWithoutMapLocation(SavesSeen, Rule):
         if qualified not in LOADS:
             return
         self.loads_seen = True
-        if call_arg(node, "map_location", position=1) is not None:
+        if (where := call_arg(node, "map_location", position=1)) is not None \
+                and not mapped_where_saved(where.value, self.ctx):
             return
         if any(arg.star for arg in node.args):
             return  # map_location may come through *args / **kwargs
