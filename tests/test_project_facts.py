@@ -380,6 +380,21 @@ def test_a_model_known_by_its_parameters_annotation(tmp_path, decorated, annotat
     assert codes(tmp_path) == ([("generation.py", 8, "MEM004")] if reported else [])
 
 
+def test_a_library_base_class_annotation_leaves_the_model_class_unknown(tmp_path):
+    """MACE's `evaluate(model: torch.nn.Module, ...)`: any model of the
+    program may come in, and its model's forward differentiates (forces)."""
+    (tmp_path / "model.py").write_text(
+        "import torch\nclass Energy(torch.nn.Module):\n"
+        "    def forward(self, positions):\n"
+        "        energy = (positions ** 2).sum()\n"
+        "        return torch.autograd.grad(energy, positions, create_graph=True)[0]\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom model import Energy\n"
+        "def evaluate(model: torch.nn.Module, loader):\n    model.eval()\n"
+        "    return [model(x.cuda()).sum().item() for x in loader]\n")
+    assert codes(tmp_path) == []
+
+
 @pytest.mark.parametrize("saver, reported", [
     # KAIR's save_network: every tensor moved to the CPU before the save
     ("    state_dict = network.state_dict()\n"

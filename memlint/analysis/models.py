@@ -96,10 +96,17 @@ def annotated_class(name: str, ctx: Context) -> str | None:
     params = function.params
     for param in (*params.posonly_params, *params.params, *params.kwonly_params):
         if param.name.value == name and param.annotation is not None:
-            written = dotted_name(param.annotation.annotation) or ""
+            annotation = param.annotation.annotation
+            written = dotted_name(annotation) or ""
+            if (ctx.qualify(annotation) or "").startswith(_LIBRARY_BASES):
+                return None  # `model: nn.Module`: any model, its class still unknown
             last = written.rsplit(".", 1)[-1]
             return last if named_like_a_class(written) else None
     return None
+
+
+#: annotations that name a library's base class, not the model's own
+_LIBRARY_BASES = ("torch.", "typing.", "transformers.", "lightning.", "pytorch_lightning.")
 
 
 def _init_of(ctx: Context) -> cst.FunctionDef | None:
