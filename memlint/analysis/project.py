@@ -19,7 +19,6 @@ import ast
 import importlib.util
 import os
 import re
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -29,8 +28,8 @@ from memlint.analysis.source_lines import LINE_BREAK
 from memlint.analysis.files import read_regular
 from memlint.analysis.file_names import same_file
 from memlint.analysis.torch_api import AUTOGRAD_GRAD
-from memlint.finding import Finding, Related
 from memlint.analysis.source_lines import parse_quietly
+from memlint.finding import Finding, Related
 
 #: Words that show a file may put something on a CUDA device (in its lower-cased
 #: text: substring tests cost a fraction of one case-blind regular expression).
@@ -1010,9 +1009,7 @@ def read_tree(path: str, needle: bytes = b"") -> tuple[str, ast.Module] | None:
         if needle not in data:
             return None
         text = importlib.util.decode_source(data)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escapes: not ours to report here
-            return text, parse_quietly(data)
+        return text, parse_quietly(data)
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError, LookupError):
         return None
 

@@ -22,7 +22,6 @@ json module only: `check` needs nothing but libcst.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import warnings
@@ -39,6 +38,7 @@ from memlint.analysis.files import read_regular
 from memlint.finding import Finding, Fix, Related
 from memlint.rules import SYNTAX_ERROR_CODE
 from memlint.engine.settings import Settings
+from memlint.analysis.source_lines import parse_quietly
 
 #: Cell magics whose body is Python; any other cell magic (`%%bash`,
 #: `%%writefile`, `%%html`, ...) makes the whole cell something else.
@@ -223,9 +223,7 @@ def _without_ipython_syntax(line: str) -> str:
 def _parse_error(lines: list[str]) -> tuple[int, int, str] | None:
     """(line, column, message) if the cell is not Python, else None."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences are not ours to report
-            ast.parse("\n".join(lines) + "\n")
+        parse_quietly("\n".join(lines) + "\n")
     except SyntaxError as error:
         return (error.lineno or 1, error.offset or 1,
                 f"cannot parse this cell, its code was not checked: {error.msg}")
