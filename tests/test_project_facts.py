@@ -256,6 +256,34 @@ def test_a_loader_built_in_one_module_and_copied_to_the_gpu_in_another(tmp_path)
     assert codes(tmp_path) == []
 
 
+MAKE_LOADERS = ("from torch.utils.data import DataLoader\n"
+                "def make_loaders(cfg):\n"
+                "    train = DataLoader(Faces(cfg), batch_size=64, num_workers=4)\n"
+                "    normal = DataLoader(Faces(cfg), batch_size=64, num_workers=4)\n"
+                "    return train, normal, cfg.classes\n")
+
+
+@pytest.mark.parametrize("script, reported", [
+    # the second loader is unpacked into a name nothing reads: none of its batches is loaded
+    ("train_loader, normal_loader, classes = make_loaders(cfg)\n"
+     "# normal_loader was used for a second evaluation\n", [3]),
+    # read after all
+    ("train_loader, normal_loader, classes = make_loaders(cfg)\n"
+     "for x, y in normal_loader:\n    x.cuda()\n", [3, 4]),
+    # the result kept whole: what is done with it cannot be told
+    ("loaders = make_loaders(cfg)\n", [3, 4]),
+])
+def test_a_returned_loader_every_caller_unpacks_and_never_reads(tmp_path, script, reported):
+    package = tmp_path / "datasets"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .make_loaders import make_loaders\n")
+    (package / "make_loaders.py").write_text(MAKE_LOADERS)
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom datasets import make_loaders\n" + script
+        + "for x, y in train_loader:\n    x = x.cuda()\n")
+    assert codes(tmp_path) == [("make_loaders.py", line, "MEM005") for line in reported]
+
+
 def test_the_copy_message_needs_the_load_to_reach_load_state_dict():
     into = check_source("import torch\nnet.cuda()\nstate = torch.load(p)\n"
                         "net.load_state_dict(state['model'])\n")

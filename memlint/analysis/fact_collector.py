@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import builtins
+import re
 
 import libcst as cst
 
@@ -23,9 +24,13 @@ class FactCollector:
     """Gathers a file's `ModuleFacts` during the walk (an analysis the engine
     walks before the rules, like the module index)."""
 
-    def __init__(self, ctx: Context, facts: ModuleFacts) -> None:
+    def __init__(self, ctx: Context, facts: ModuleFacts, source: str = "") -> None:
         self.ctx = ctx
         self.facts = facts
+        self._source = source
+        #: calls whose result is unpacked into names: (index in `facts.calls`,
+        #: the name at each position, "" where the target is no plain name)
+        self._unpacked: list[tuple[int, tuple[str, ...]]] = []
         ctx.facts = facts  # what every analysis and rule of this walk reads
         #: per function being walked: the method names it calls (with grad off
         #: there or not), and whether it back-propagates
@@ -152,6 +157,8 @@ class FactCollector:
         # (`Project.calls_of`): `print(x)` and `len(x)` need no places
         places = self._places(node) if "." in callee else ""
         self._note_caller()
+        if "." in callee:
+            self._note_unpacking(node)
         self.facts.calls.append(CallFact(callee, self.ctx.grad_disabled, written, places))
         if "." not in callee and self._star_imports and not hasattr(builtins, callee):
             # `evaluate_model(...)` after `from utils import *`: perhaps utils'
@@ -169,11 +176,50 @@ class FactCollector:
             self._calls_in_functions.append(
                 (len(self.facts.calls) if position is None else position, caller))
 
+    def _note_unpacking(self, node: cst.Call) -> None:
+        """`a, b = helpers.make(...)`: the names each position of the result
+        is bound to, up to a starred target (after it, positions shift)."""
+        parent = self.ctx.parent
+        if type(parent) is not cst.Assign or parent.value is not node or len(parent.targets) != 1:
+            return
+        target = parent.targets[0].target
+        if type(target) not in (cst.Tuple, cst.List):
+            return
+        names: list[str] = []
+        for element in target.elements:  # type: ignore[attr-defined]
+            if type(element) is cst.StarredElement:
+                break
+            names.append(element.value.value if type(element.value) is cst.Name else "")
+        self._unpacked.append((len(self.facts.calls), tuple(names)))
+
     def leave_Module(self, node: cst.Module) -> None:
         calls = self.facts.calls
         for position, caller in self._calls_in_functions:
             if self.index.grad_disabled_by_callers(caller):
                 calls[position] = calls[position]._replace(within_grad_off=caller.name)
+        if self._unpacked:
+            self._note_dropped()
+
+    def _note_dropped(self) -> None:
+        """`CallFact.dropped`: a name an unpacking binds is never read when the
+        file's text spells it, outside comment lines, no more often than such
+        unpackings bind it (a word counted in a string or after code on its
+        line only keeps a finding). Read from the text: one search per name,
+        where a walk of the tree would cost every file that unpacks a call."""
+        bound: dict[str, int] = {}
+        for _, names in self._unpacked:
+            for name in filter(None, names):
+                bound[name] = bound.get(name, 0) + 1
+        source = self._source
+        unread = {name for name, count in bound.items() if sum(
+            not source[source.rfind("\n", 0, match.start()) + 1:match.start()].lstrip()
+            .startswith("#") for match in re.finditer(rf"\b{re.escape(name)}\b", source))
+            <= count}
+        calls = self.facts.calls
+        for index, names in self._unpacked:
+            dropped = tuple(i for i, name in enumerate(names) if name in unread)
+            if dropped:
+                calls[index] = calls[index]._replace(dropped=dropped)
 
     def _places(self, node: cst.Call) -> str:
         """`CallFact.places`: read from each argument's own binding only (a

@@ -58,6 +58,9 @@ class CallFact(NamedTuple):
     #: made in, when every call of that function in this file runs with grad
     #: off (FCGF's `extract_features_batch`, called under `no_grad` only)
     within_grad_off: str = ""
+    #: the positions of its result that the call unpacks into names this
+    #: file never reads (`train_loader, unused_loader = make_loaders(cfg)`)
+    dropped: tuple[int, ...] = ()
 
 
 @dataclass
@@ -951,6 +954,12 @@ class Project:
                          if self._names_function(facts.module, call.callee, module, function))
         return found
 
+    def dropped_by_every_caller(self, module: str, function: str, position: int) -> bool:
+        """Whether other files call `module.function`, and every such call
+        unpacks its result and never reads what it gets at `position`."""
+        calls = self.calls_of(module, function)
+        return bool(calls) and all(position in call.dropped for _, call in calls)
+
     def runs_grad_off(self, facts: ModuleFacts, call: CallFact) -> bool:
         """Whether `call` (made in `facts`' file) runs with grad off: under
         `no_grad` there, or in a function its file calls only so and no other
@@ -961,11 +970,24 @@ class Project:
         return bool(call.within_grad_off) and all(
             outer.grad_disabled for _, outer in self.calls_of(facts.module, call.within_grad_off))
 
-    def _names_function(self, importer: str, callee: str, module: str, function: str) -> bool:
+    def _names_function(self, importer: str, callee: str, module: str, function: str,
+                        depth: int = 0) -> bool:
         """Whether `callee`, as `importer` names it (`pkg.utils.evaluate`,
-        `.utils.evaluate`), is `function` of `module`."""
+        `.utils.evaluate`), is `function` of `module`, also through packages
+        that re-export it (`from .make_dataloader import make_dataloader` in
+        `datasets/__init__.py`, called as `datasets.make_dataloader`)."""
         owner, _, name = callee.rpartition(".")
-        return name == function and bool(owner) and module in self._resolve_import(importer, owner)
+        if name != function or not owner:
+            return False
+        for target in self._resolve_import(importer, owner):
+            if target == module:
+                return True
+            facts = self._by_name[target]
+            if depth < 3 and function not in facts.defines and any(
+                    self._names_function(target, again, module, function, depth + 1)
+                    for again in facts.imports if again.rpartition(".")[2] == function):
+                return True
+        return False
 
     def method_verdicts(self, module: str, method: str) -> list[bool]:
         """For each definition of `method` in a class of the modules linked to

@@ -66,6 +66,19 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
+def returns_in(function: cst.CSTNode) -> list[cst.Return]:
+    """The `return` statements of a function's own body (not of nested ones)."""
+    found: list[cst.Return] = []
+    pending: list[cst.CSTNode] = [function.body] if isinstance(function, cst.FunctionDef) else []
+    while pending:
+        node = pending.pop()
+        if type(node) is cst.Return:
+            found.append(node)
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            pending.extend(children(node))  # libcst's `.children` runs a visitor per node
+    return found
+
+
 #: Visited, but never entered: no rule looks inside a type annotation, and the
 #: context reads an import statement whole (together ~11% of a model file's nodes).
 _OPAQUE_TYPES = (cst.Annotation, cst.Import, cst.ImportFrom)

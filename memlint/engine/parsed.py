@@ -59,7 +59,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
     ctx = Context(ImportTable(), path)
     if assembled is not None:
         ctx.top_statements = {}
-    ctx.analyses[FactCollector] = FactCollector(ctx, facts)
+    ctx.analyses[FactCollector] = FactCollector(ctx, facts, source)
     if facts.copies_to_device:  # what its functions do with their parameters, for other files
         ValueFlows.of(ctx)
     rules = [r(ctx, settings.rule_options.get(r.code)) for r in rule_types]

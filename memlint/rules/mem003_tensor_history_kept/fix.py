@@ -6,7 +6,7 @@ import libcst as cst
 
 from memlint.analysis.autograd_values import Value, names_in
 from memlint.analysis.stores import code
-from memlint.analysis.walker import children
+from memlint.analysis.walker import returns_in
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan
 
@@ -28,23 +28,10 @@ def detach_fix(stored: cst.BaseExpression, container: str, verb: str, local: boo
         stored = stored.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     detached = cst.Call(func=cst.Attribute(value=stored, attr=cst.Name("detach")))
     returned = any(container.split(".", 1)[0] in names_in(node.value)
-                   for node in _returns_in(function) if node.value is not None)
+                   for node in returns_in(function) if node.value is not None)
     safe = local and not returned
     return FixPlan(SAFE if safe else UNSAFE, f"{verb} {code(detached)}",
                    ((original, detached),))
-
-
-def _returns_in(function: cst.CSTNode) -> list[cst.Return]:
-    """The `return` statements of a function's own body (not of nested ones)."""
-    found: list[cst.Return] = []
-    pending: list[cst.CSTNode] = [function.body] if isinstance(function, cst.FunctionDef) else []
-    while pending:
-        node = pending.pop()
-        if type(node) is cst.Return:
-            found.append(node)
-        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            pending.extend(children(node))  # libcst's `.children` runs a visitor per node
-    return found
 
 
 def message(stored: cst.BaseExpression, value: Value, container: str, verb: str,

@@ -19,3 +19,18 @@ class UnlessOnlyCalledHere(Condition):
 
     def drops(self, project: Project) -> bool:
         return not any(project.calls_of(self.module, function) for function in self.functions)
+
+
+@dataclass(frozen=True)
+class UnlessEveryCallerDropsIt(Condition):
+    """A loader its function returns at `position` of a tuple: dropped when
+    other files call that function and every call unpacks the loader into a
+    name it never reads (`train_loader, unused_loader, ... = make_loaders()`):
+    no batch of it is ever loaded."""
+
+    module: str
+    function: str
+    position: int
+
+    def drops(self, project: Project) -> bool:
+        return project.dropped_by_every_caller(self.module, self.function, self.position)

@@ -26,8 +26,9 @@ from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatche
 from memlint.analysis.torch_api import DATA_LOADERS, DATASET_ITEM_METHODS, SET_DEFAULT_DEVICE
 from memlint.finding import SAFE, UNSAFE
 from memlint.rules.base import FixPlan, Rule, RuleOptions
-from memlint.rules.mem005_dataloader_without_pin_memory.facts import UnlessOnlyCalledHere
-from memlint.rules.mem005_dataloader_without_pin_memory.uses import NameUses
+from memlint.rules.mem005_dataloader_without_pin_memory.facts import (UnlessEveryCallerDropsIt,
+                                                                    UnlessOnlyCalledHere)
+from memlint.rules.mem005_dataloader_without_pin_memory.uses import NameUses, returned_position
 from memlint.rules.rewrites import with_keyword
 
 
@@ -312,8 +313,7 @@ class DataLoaderWithoutPinMemory(Rule):
     def _first_copy(self) -> tuple[cst.Call | None, tuple[str, ...]]:
         """The first copy to a CUDA device, and the functions of this module
         that other files may call with a GPU device when every copy is to a
-        parameter defaulting to the CPU that no caller here sets otherwise
-        (none of them: no copy to a GPU happens)."""
+        parameter defaulting to the CPU that no caller here sets otherwise."""
         index = ModuleIndex.of(self.ctx)
         maybe: list[tuple[cst.Call, str]] = []
         for node, function, device in self.copies:
@@ -325,10 +325,9 @@ class DataLoaderWithoutPinMemory(Rule):
         return (maybe[0][0], tuple(sorted({name for _, name in maybe}))) if maybe else (None, ())
 
     def _samples(self, media: bool, dataset_class: str | None) -> tuple[Condition, bool]:
-        """Where the cost is shown to matter (issue 25): batches of floating-point
-        samples (decoded images, audio or video, float tensors, a data-set class
-        of the project that decodes media); other loaders, of data the code does
-        not show, are a preview variant. A condition and whether in preview."""
+        """Where the cost is shown to matter (issue 25): batches of float samples
+        (decoded media, float tensors, a project data-set class that decodes
+        media); other loaders are a preview variant. (condition, in preview)"""
         name = (dataset_class or "").rsplit(".", 1)[-1]
         if media or name in self.facts.media_classes:
             return Either(()), False
@@ -367,12 +366,16 @@ class DataLoaderWithoutPinMemory(Rule):
                     continue
                 if not escapes:
                     continue  # used where it is built: no importer iterates it
-                # built here, iterated where it is imported (a `get_loader()` helper)
-                self.report(node, self.ELSEWHERE.format(loader=written), statement,
-                            Either((UnlessNoImporterCopiesToCuda(self.facts.module), samples)),
+                importers = UnlessNoImporterCopiesToCuda(self.facts.module)  # `get_loader()`
+                unless: Condition = Either((importers, samples))
+                position = returned_position(owner, assigned) if owner and assigned else None
+                if owner and position is not None and self.names.identifiers[owner.name.value] < 2:
+                    unless = Either((unless, UnlessEveryCallerDropsIt(  # its file calls it not
+                        self.facts.module, owner.name.value, position)))
+                self.report(node, self.ELSEWHERE.format(loader=written), statement, unless,
                             fix=self._pin(loader), preview=preview)
                 continue
-            unless: Condition = Either((UnlessProjectOnCpu.here(self.ctx), samples))
+            unless = Either((UnlessProjectOnCpu.here(self.ctx), samples))
             if called_elsewhere:  # a device parameter that only other files may set to a GPU
                 unless = Either((unless, UnlessOnlyCalledHere(self.facts.module, called_elsewhere)))
             if batches == STAY:  # handed only to functions of other modules

@@ -14,6 +14,7 @@ from memlint.analysis.context import Context, Scope
 from memlint.analysis.flows import (HARMLESS_BUILTINS, imported_callee, is_local,
                                     iterated_name, local_owner, reads_one_batch)
 from memlint.analysis.names import dotted_name
+from memlint.analysis.walker import returns_in
 
 #: Calls that only look at a loader (`len(loader)`, `print(loader)`): no batch is loaded.
 _LOOKS = {"print", "len", "str", "repr", "type", "display"}
@@ -129,3 +130,24 @@ class NameUses:
             function = cast(cst.FunctionDef, scope.node)
             self.uses[(name, function if is_local(scope, name) else None)] += count
         self._reads_in.clear()
+
+
+def returned_position(function: cst.FunctionDef, name: str) -> int | None:
+    """Where `function` returns the local `name`: its position in the tuple
+    every `return` naming it gives back (`return train, val, None`), else None
+    (returned whole, inside another value, or at different positions)."""
+    positions: set[int] = set()
+    for statement in returns_in(function):
+        value = statement.value
+        if value is None or name not in names_in(value):
+            continue
+        if type(value) is not cst.Tuple:
+            return None
+        for position, element in enumerate(value.elements):
+            if type(element) is cst.StarredElement:
+                return None  # positions after it depend on what is starred
+            if type(element.value) is cst.Name and element.value.value == name:
+                positions.add(position)
+            elif name in names_in(element.value):
+                return None
+    return positions.pop() if len(positions) == 1 else None
