@@ -347,6 +347,24 @@ def test_batches_handed_to_a_helper_of_another_module_are_judged_by_what_it_does
     assert codes(tmp_path) == [("train.py", 6, "MEM005")]
 
 
+@pytest.mark.parametrize("keyword, reported", [("case", False), ("image", True)])
+def test_a_part_of_the_batch_handed_by_keyword_is_judged_by_that_parameter(
+        tmp_path, keyword, reported):
+    (tmp_path / "val.py").write_text(
+        "import torch\n"
+        "def score_volume(image, net, case=None, *, extra=None):\n"
+        "    image = image.squeeze(0).cpu().numpy()\n"
+        "    print(case)\n    return net(torch.from_numpy(image).cuda())\n"
+        "def to_gpu(net, image=None, case=None):\n    return net(image.cuda()), case\n")
+    call = ("score_volume(batch['image'], net, case=batch['name'][0])" if keyword == "case"
+            else "to_gpu(net, image=batch['image'], case=batch['name'][0])")
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\nfrom val import score_volume, to_gpu\n"
+        "def main(ds, net):\n    net.cuda()\n    loader = DataLoader(ds, batch_size=1)\n"
+        f"    for batch in loader:\n        {call}\n")
+    assert codes(tmp_path) == ([("train.py", 6, "MEM005")] if reported else [])
+
+
 def test_a_distributed_import_never_called_does_not_make_ranks():
     source = ("import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
               "net.cuda()\nnet.load_state_dict(torch.load(p))\n")

@@ -279,15 +279,23 @@ class ValueFlows:
                 if loop.fed_class is not None and self.verdict(loop)[0] == GPU}
 
     def parameter_facts(self) -> dict[str, tuple[str, ...]]:
-        """Per function of this module defined once, per positional
-        parameter: GPU, STAY or UNKNOWN (a parameter handed on to yet another
-        module is UNKNOWN: one file's facts do not follow it further)."""
+        """Per function of this module defined once, per parameter in the
+        order `parameter_names` gives: GPU, STAY or UNKNOWN (a parameter handed
+        on to yet another module is UNKNOWN: one file's facts do not follow
+        it further)."""
         facts = {}
         for name, definitions in self.functions.items():
             if len(definitions) == 1:
                 facts[name] = tuple(verdict if not out else UNKNOWN
                                     for verdict, out in map(self.verdict, definitions[0]))
         return facts
+
+    def parameter_names(self) -> dict[str, tuple[str, ...]]:
+        """The parameters `parameter_facts` answers for, by name: positional
+        ones in order, then keyword-only ones (`self` and `cls` left out), so
+        that a call naming an argument (`case=case_name`) finds its verdict."""
+        return {name: tuple(flow.name for flow in definitions[0])
+                for name, definitions in self.functions.items() if len(definitions) == 1}
 
 
 class _Callee(enum.Enum):

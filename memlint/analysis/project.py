@@ -80,6 +80,8 @@ class ModuleFacts:
     #: it is given reaches a CUDA device as it is ("gpu"), stays on the host
     #: ("stay"), or cannot be told ("unknown") (see `analysis/flows.py`)
     parameter_flows: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the names of those parameters, in the same order (keyword-only ones last)
+    parameter_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: classes defined here that copy the batches of a loader they are given
     #: to a CUDA device (`analysis/flows.py`)
     batch_movers: set[str] = field(default_factory=set)
@@ -782,13 +784,21 @@ class Project:
 
     def parameter_flow(self, callee: str, slot: int | str) -> str:
         """What the project's function `callee` (as imported: `pkg.utils.f`)
-        does with its argument at `slot`: "gpu", "stay" or "unknown"."""
+        does with its argument at `slot` (a position, or the name a keyword
+        argument gives): "gpu", "stay" or "unknown"."""
         owner, _, name = callee.rpartition(".")
-        if not owner or not isinstance(slot, int):
+        if not owner:
             return "unknown"
-        verdicts = {facts.parameter_flows[name][slot] for facts in self.modules
-                    if name in facts.parameter_flows and slot < len(facts.parameter_flows[name])
-                    and _same_module(owner.lstrip(".").split("."), facts.module.split("."))}
+        verdicts = set()
+        for facts in self.modules:
+            flows = facts.parameter_flows.get(name)
+            if flows is None or not _same_module(owner.lstrip(".").split("."),
+                                                 facts.module.split(".")):
+                continue
+            names = facts.parameter_names.get(name, ())
+            position = slot if isinstance(slot, int) else \
+                names.index(slot) if slot in names else len(flows)
+            verdicts.add(flows[position] if position < len(flows) else "unknown")
         return verdicts.pop() if len(verdicts) == 1 else "unknown"
 
     def runs_callback_grad_off(self, callee: str, position: int) -> bool:

@@ -73,6 +73,7 @@ def _check_parsed(source: str, path: str, settings: Settings, noqa: bool,
         flows = ctx.analyses.get(ValueFlows)
         if isinstance(flows, ValueFlows):
             facts.parameter_flows = flows.parameter_facts()
+            facts.parameter_names = flows.parameter_names()
             facts.batch_movers = flows.batch_movers()
     except RecursionError as error:
         raise RuleCrash(f"recursion limit reached while checking: {error}") from error
