@@ -332,6 +332,31 @@ def test_an_inference_named_method_that_other_files_call_to_train_is_a_training_
     assert codes(tmp_path) == [("policy.py", 6, "MEM004")]
 
 
+@pytest.mark.parametrize("made_by, reported", [
+    ("torch.distributions.Categorical(logits=logits)", False),  # torch's `sample`
+    ("torch.compile(self.sampler)", True),  # the project's, compiled
+    ("make_sampler(logits)", True),  # nobody can tell whose
+])
+def test_a_method_of_a_torch_object_is_not_a_call_of_the_projects_method(
+        tmp_path, made_by, reported):
+    (tmp_path / "sampler.py").write_text(  # unleashing-transformers' autoregressive sampler
+        "import torch\nimport numpy as np\nfrom base import Sampler\n"
+        "class AutoregressiveTransformer(Sampler):\n    def __init__(self, H):\n"
+        "        self.seq_len = np.prod(H.latent_shape)\n    def sample(self, temp=1.0):\n"
+        "        b, device = self.n_samples, 'cuda'\n"
+        "        x = torch.zeros(b, 0).long().to(device)\n        for _ in range(self.seq_len):\n"
+        "            logits = self.net(x)[:, -1]\n"
+        "            x = torch.cat((x, torch.multinomial(logits.softmax(-1), 1)), dim=1)\n"
+        "        return x\n")
+    (tmp_path / "generate.py").write_text(
+        "import torch\n@torch.no_grad()\ndef get_samples(sampler, x):\n"
+        "    return sampler.sample(x)\n")
+    (tmp_path / "diffusion.py").write_text(
+        "import torch\nclass Diffusion:\n    def denoise(self, logits):\n"
+        f"        dist = {made_by}\n        return dist.sample()\n")
+    assert codes(tmp_path) == ([("sampler.py", 11, "MEM004")] if reported else [])
+
+
 def test_batches_handed_to_a_helper_of_another_module_are_judged_by_what_it_does(tmp_path):
     (tmp_path / "val.py").write_text(
         "import torch\nimport numpy as np\n"

@@ -17,7 +17,8 @@ from memlint.analysis.module_index import FunctionInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.project import CallFact, ModuleFacts
 from memlint.analysis.screens import DEVICE_SETTER_TAILS
-from memlint.analysis.torch_api import AUTOGRAD_GRAD, DATA_PARALLEL_WRAPPERS, HOST_FACTORIES
+from memlint.analysis.torch_api import (AUTOGRAD_GRAD, COMPILERS, DATA_PARALLEL_WRAPPERS,
+                                       HOST_FACTORIES)
 
 
 class FactCollector:
@@ -131,7 +132,7 @@ class FactCollector:
 
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Attribute):
-            self._note_method_call(node.func.attr.value)
+            self._note_method_call(node.func.attr.value, node.func.value)
         elif type(node.func) is cst.Name and self._callbacks:
             parameters, called = self._callbacks[-1]
             if parameters is not None and node.func.value in parameters:
@@ -283,13 +284,27 @@ class FactCollector:
         full = self._relative.get(head)
         return None if full is None else f"{full}.{rest}" if rest else full
 
-    def _note_method_call(self, method: str) -> None:
-        if not self._functions:
-            self.facts.method_calls[method] = self.ctx.grad_disabled
-        elif method in ("backward", "grad"):
+    def _note_method_call(self, method: str, receiver: cst.BaseExpression) -> None:
+        differentiates = method in ("backward", "grad")
+        if differentiates and self._functions:
             self._functions[-1][1][0] = True
+        elif not differentiates and self._of_a_torch_object(receiver):
+            return  # `dist.sample()` of `dist = Categorical(...)`: torch's, not the project's
+        elif not self._functions:
+            self.facts.method_calls[method] = self.ctx.grad_disabled
         else:
             self._functions[-1][0].append((method, self.ctx.grad_disabled))
+
+    def _of_a_torch_object(self, receiver: cst.BaseExpression) -> bool:
+        """Whether the receiver is made by torch (`torch.distributions.Categorical(...)`,
+        `torch.zeros(...)`), bound here: its methods are no project's. A model
+        torch compiles or wraps (`torch.compile(net)`, DDP) keeps its own."""
+        value = self.ctx.resolve(receiver) if type(receiver) is cst.Name else receiver
+        if type(value) is not cst.Call:
+            return False
+        made_by = self.ctx.qualify(value.func) or ""
+        return made_by.startswith("torch.") and made_by not in COMPILERS \
+            and made_by not in DATA_PARALLEL_WRAPPERS and not made_by.startswith(_WRAPPERS)
 
     def _note_cuda_option(self, node: cst.Call) -> None:
         """`parser.add_argument("--cuda", action="store_true")`: the switch a
@@ -318,6 +333,9 @@ class FactCollector:
                     and isinstance(arg.value, cst.Name) and arg.value.value == "False":
                 self.facts.cuda_off_settings.add(arg.keyword.value)
 
+
+#: torch calls that wrap a model and hand its methods on (FSDP, `torch.jit.trace`, AMP wrappers)
+_WRAPPERS = ("torch.distributed.", "torch.jit.", "torch.nn.parallel.", "torch.ao.", "torch.fx.")
 
 #: Options that turn the GPU on (`--no-cuda`, `--cpu` turn it off: CUDA by default).
 #: `--accel`: pytorch/examples' switch to `torch.accelerator.current_accelerator()`.
