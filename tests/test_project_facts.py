@@ -663,6 +663,29 @@ def test_a_data_set_class_is_judged_by_the_loaders_of_the_files_that_import_it(
     assert found == ([("vqa_datasets.py", 5, "MEM002")] if reported else [])
 
 
+@pytest.mark.parametrize("test_file, reported", [
+    ("tests/test_data.py", True),  # a unit test's loader says nothing of the data set's use
+    ("eval_vqa.py", False),  # a program's loader, in the main process
+])
+def test_a_unit_tests_loader_does_not_decide_where_a_data_set_runs(
+        tmp_path, test_file, reported):
+    """A library's data set (PaccMann's, loaded through its package) whose
+    only loader in the project is a unit test's, without workers."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .vqa_datasets import IconQAEvalData\n")
+    (package / "vqa_datasets.py").write_text(EVAL_DATA)
+    (tmp_path / test_file).parent.mkdir(exist_ok=True)
+    body = ("data = IconQAEvalData()\n"
+            "loader = DataLoader(data, batch_size=8, shuffle=False)\n")
+    if test_file.startswith("tests/"):
+        body = "def test_loads():\n" + "".join(f"    {line}\n" for line in body.splitlines())
+    (tmp_path / test_file).write_text(
+        "from torch.utils.data import DataLoader\nfrom pkg import IconQAEvalData\n" + body)
+    found = [c for c in codes(tmp_path) if c[2] == "MEM002"]
+    assert found == ([("vqa_datasets.py", 5, "MEM002")] if reported else [])
+
+
 MODEL = ("import torch\n"
          "class Model(torch.nn.Module):\n"
          "    def __init__(self):\n"

@@ -41,6 +41,8 @@ class _Loader:
     worker_code: list[tuple[str, cst.BaseExpression, list[cst.BaseExpression]]]
     class_name: str | None
     workers: Workers
+    #: built in a unit test (`test_*` of a test file): says nothing of how the data set is used
+    in_unit_test: bool = False
 
 
 class CudaInDataWorker(Rule):
@@ -210,7 +212,8 @@ class CudaInDataWorker(Rule):
             if arg is not None:
                 worker_code.append((keyword, arg.value, assigned_values(arg.value, self.ctx)))
         return _Loader(self.ctx.resolve(dataset.value) if dataset else None, worker_code,
-                       self.index.current_class, self.counts.workers(node))
+                       self.index.current_class, self.counts.workers(node),
+                       self.ctx.in_pytest_test)
 
     # -- after the walk: entry points, what they reach, and the CUDA work there
     def finish(self) -> None:
@@ -242,7 +245,7 @@ class CudaInDataWorker(Rule):
         collector = FactCollector.of(self.ctx)
         if collector is None:
             return
-        for loader in self.loaders:
+        for loader in filter(lambda loader: not loader.in_unit_test, self.loaders):
             main_process = self._workers_note([loader]) is None
             # the data set class it is given (`DataLoader(Faces(...))`) runs there too
             dataset = [loader.dataset.func] if isinstance(loader.dataset, cst.Call) else []
