@@ -25,8 +25,6 @@ from memlint.analysis.torch_api import (FLOAT_DTYPES, FLOAT_FACTORIES, INTEGER_D
 
 #: DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers,
 #: collate_fn, pin_memory, ...)
-_BATCH_SIZE_POSITION = 1
-_BATCH_SAMPLER_POSITION = 4
 _WORKERS_POSITION = 5
 COLLATE_POSITION = 6
 PIN_MEMORY_POSITION = 7
@@ -36,20 +34,19 @@ _DICT_CHANGES = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__
 #: a `**kw` dict that has no such key
 _ABSENT = cst.Name("absent")
 
-#: a count's value (`num_workers`, `batch_size`): an int; None, unknown; str: an argparse dest;
+#: a `num_workers` value: an int; None, unknown; str: an argparse dest;
 #: (function, parameter, position): what callers pass
-CountValue = int | str | tuple[cst.FunctionDef, str, int | None] | None
+WorkerCount = int | str | tuple[cst.FunctionDef, str, int | None] | None
 
 
 @dataclass
-class LoaderCount:
-    """A loader's `num_workers` or `batch_size` as the file shows it: the
-    values it may take (an int, an argparse option's name to look up once the
-    file is read, a parameter's default), or unknown (a config entry, an
-    argument nobody here sets)."""
+class Workers:
+    """A loader's `num_workers` as the file shows it: the values it may take
+    (an int, an argparse option's name to look up once the file is read, a
+    parameter's default), or unknown (a config entry, an argument nobody here sets)."""
 
     written: str  # `num_workers=...` as written, for the message
-    values: list[CountValue] = field(default_factory=list)
+    values: list[WorkerCount] = field(default_factory=list)
 
 
 def assigned_values(expr: cst.BaseExpression, ctx: Context) -> list[cst.BaseExpression]:
@@ -229,45 +226,33 @@ class LoaderArguments:
             return "false", f"{written} with pin_memory=False"
         return "missing", f"{written} without pin_memory"
 
-    def workers(self, node: cst.Call) -> LoaderCount:
+    def workers(self, node: cst.Call) -> Workers:
         """The `num_workers` of the loader call `node`, which the walk is at."""
-        return self._count(node, "num_workers", _WORKERS_POSITION, 0)
-
-    def batch_size(self, node: cst.Call) -> LoaderCount:
-        """The `batch_size` of the loader call `node` (1 when not given), in
-        the same terms: settled by `resolved`. Unknown when a `batch_sampler`
-        makes the batches."""
-        if call_arg(node, "batch_sampler", position=_BATCH_SAMPLER_POSITION) is not None:
-            return LoaderCount("batch_sampler", [None])
-        return self._count(node, "batch_size", _BATCH_SIZE_POSITION, 1)
-
-    def _count(self, node: cst.Call, keyword: str, position: int, default: int) -> LoaderCount:
-        arg = call_arg(node, keyword, position=position)
+        arg = call_arg(node, "num_workers", position=_WORKERS_POSITION)
         if arg is not None:
             written = code_of(arg.value)
-            return LoaderCount(written, self._count_values(arg.value))
+            return Workers(written, self._worker_values(arg.value))
         spread = [a.value for a in node.args if a.star == "**"]
         if spread:  # DataLoader(ds, **kwargs)
-            return LoaderCount(f"**{code_of(spread[0])}",
-                           self._values_in_kwargs(spread[0], keyword, default))
+            return Workers(f"**{code_of(spread[0])}", self._values_in_kwargs(spread[0]))
         if has_star_args(node):
-            return LoaderCount("*args", [None])
-        return LoaderCount(f"the default {default}", [default])
+            return Workers("*args", [None])
+        return Workers("the default 0", [0])
 
-    def _count_values(self, expr: cst.BaseExpression, depth: int = 0) -> list[CountValue]:
+    def _worker_values(self, expr: cst.BaseExpression, depth: int = 0) -> list[WorkerCount]:
         """The values `num_workers=expr` may take, as far as this file shows them."""
         if depth > 6:
             return [None]
         if isinstance(expr, cst.Integer):
             return [int(expr.evaluated_value)]
         if isinstance(expr, cst.IfExp):
-            return (self._count_values(expr.body, depth + 1)
-                    + self._count_values(expr.orelse, depth + 1))
+            return (self._worker_values(expr.body, depth + 1)
+                    + self._worker_values(expr.orelse, depth + 1))
         if isinstance(expr, cst.Call):
             function_name = dotted_name(expr.func) or ""
             if function_name.rsplit(".", 1)[-1] == "cpu_count":
                 return [1]  # os.cpu_count(), multiprocessing.cpu_count()
-            values = [v for arg in expr.args for v in self._count_values(arg.value, depth + 1)]
+            values = [v for arg in expr.args for v in self._worker_values(arg.value, depth + 1)]
             if function_name == "int" and values:
                 return values
             counts = [v for v in values if isinstance(v, int)]
@@ -282,29 +267,28 @@ class LoaderArguments:
             values = []
             while site is not None:  # every assignment in its scope: `if ...: n = 4 else: n = 0`
                 values += ([None] if site.unpacked_from is not None
-                           else self._count_values(site.value, depth + 1))
+                           else self._worker_values(site.value, depth + 1))
                 site = site.previous
             return values
         parameter = self._parameter(name)
         if parameter is not None:
             function, param, position = parameter
-            default: list[CountValue] = [None] if param.default is None \
-                else self._count_values(param.default, depth + 1)
+            default: list[WorkerCount] = [None] if param.default is None \
+                else self._worker_values(param.default, depth + 1)
             return default + [(function, name, position)]  # and what callers here pass
         if "." in name and not name.startswith(("self.", "cls.")):
             return [name.rsplit(".", 1)[-1]]  # `args.workers`: an argparse option, looked up later
         return [None]
 
-    def _values_in_kwargs(self, expr: cst.BaseExpression, keyword: str,
-                          default: int) -> list[CountValue]:
-        """`num_workers` (`keyword`) inside `**kwargs`, when `kwargs` is a dict this
-        file builds (`{'num_workers': 1, 'pin_memory': True} if args.cuda else {}`)."""
-        values: list[CountValue] = []
+    def _values_in_kwargs(self, expr: cst.BaseExpression) -> list[WorkerCount]:
+        """`num_workers` inside `**kwargs`, when `kwargs` is a dict this file builds
+        (`{'num_workers': 1, 'pin_memory': True} if args.cuda else {}`)."""
+        values: list[WorkerCount] = []
         for branch in self.spread_dicts(expr):
             if branch is not None:
                 entry = next((e for e in branch.elements if isinstance(e, cst.DictElement)
-                              and string_value(e.key) == keyword), None)
-                values += self._count_values(entry.value) if entry else [default]
+                              and string_value(e.key) == "num_workers"), None)
+                values += self._worker_values(entry.value) if entry else [0]
             else:
                 values.append(None)
         return values
@@ -339,7 +323,7 @@ class LoaderArguments:
         for name in names:
             self.option_defaults[name] = default.value if default else None
 
-    def resolved(self, workers: LoaderCount) -> list[int | None]:
+    def resolved(self, workers: Workers) -> list[int | None]:
         """The worker counts, with argparse options replaced by their defaults
         and parameters by what this file's callers pass (once the file is read)."""
         values: list[int | None] = []

@@ -11,7 +11,7 @@ import libcst as cst
 from memlint.analysis.context import Context
 from memlint.analysis.datasets import is_dataset_class
 from memlint.analysis.devices import creates_on_cuda, moves_to_cuda
-from memlint.analysis.loaders import LoaderCount, LoaderArguments, assigned_values
+from memlint.analysis.loaders import Workers, LoaderArguments, assigned_values
 from memlint.analysis.module_index import PARTIALS, ClassInfo, FunctionInfo, ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name
 from memlint.analysis.fact_collector import FactCollector
@@ -40,7 +40,7 @@ class _Loader:
     #: (argument, as written, the values it may hold)
     worker_code: list[tuple[str, cst.BaseExpression, list[cst.BaseExpression]]]
     class_name: str | None
-    workers: LoaderCount
+    workers: Workers
     #: built in a unit test (`test_*` of a test file): says nothing of how the data set is used
     in_unit_test: bool = False
 
@@ -200,7 +200,7 @@ class CudaInDataWorker(Rule):
         if len(node.targets) != 1 or not isinstance(target, cst.Attribute) \
                 or target.attr.value not in dict(_WORKER_ARGUMENTS):
             return
-        workers = LoaderCount("?", [None])  # the loader was made elsewhere
+        workers = Workers("?", [None])  # the loader was made elsewhere
         code = [(target.attr.value, node.value, assigned_values(node.value, self.ctx))]
         self.loaders.append(_Loader(None, code, self.index.current_class, workers))
 

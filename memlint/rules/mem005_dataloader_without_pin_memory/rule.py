@@ -15,8 +15,8 @@ from memlint.analysis.devices import (CudaReturns, callers_pass_cuda, cpu_defaul
                                       names_cuda_literally, run_with)
 from memlint.analysis.flows import (GPU, STAY, UNKNOWN, ValueFlows, collate_moves_to_device,
                                     root_name)
-from memlint.analysis.loaders import (LoaderArguments, LoaderCount, collate_is_identity,
-                                      float_batches, integer_batches)
+from memlint.analysis.loaders import (PIN_MEMORY_POSITION, LoaderArguments, collate_is_identity,
+                                      Workers, float_batches, integer_batches)
 from memlint.analysis.media_sources import PreviewUnlessMediaClass
 from memlint.analysis.module_index import ModuleIndex
 from memlint.analysis.names import call_arg, dotted_name, literal_bool
@@ -24,11 +24,12 @@ from memlint.analysis.project import (Condition, Either, UnlessHelpersKeepBatche
                                       UnlessNoCalleeCopiesToCuda, UnlessNoImporterCopiesToCuda,
                                       UnlessProjectOnCpu)
 from memlint.analysis.torch_api import DATA_LOADERS, DATASET_ITEM_METHODS, SET_DEFAULT_DEVICE
-from memlint.rules.base import Rule, RuleOptions
+from memlint.finding import SAFE, UNSAFE
+from memlint.rules.base import FixPlan, Rule, RuleOptions
 from memlint.rules.mem005_dataloader_without_pin_memory.facts import (UnlessEveryCallerDropsIt,
                                                                     UnlessOnlyCalledHere)
-from memlint.rules.mem005_dataloader_without_pin_memory.fix import pin_fix
 from memlint.rules.mem005_dataloader_without_pin_memory.uses import NameUses, returned_position
+from memlint.rules.rewrites import with_keyword
 
 
 class _Loader(NamedTuple):
@@ -42,8 +43,7 @@ class _Loader(NamedTuple):
     owner: cst.FunctionDef | None  # the function it is a local variable of
     host_dataset: bool  # its dataset is known to give host tensors (torchvision, TensorDataset)
     media: bool  # its samples are floats: decoded images, audio or video, float tensors
-    workers: LoaderCount  # its `num_workers`, settled once the file is read
-    batch_size: LoaderCount  # its `batch_size`, likewise
+    workers: Workers  # its `num_workers`, settled once the file is read
 
 
 class DataLoaderWithoutPinMemory(Rule):
@@ -265,8 +265,7 @@ class DataLoaderWithoutPinMemory(Rule):
                                      dataset_class, escapes, assigned, owner, host_dataset,
                                      gives_media_samples(dataset_value, self.ctx)
                                      or float_batches(dataset_value, self.ctx),
-                                     self.arguments.workers(node),
-                                     self.arguments.batch_size(node)))
+                                     self.arguments.workers(node)))
 
     def _private_target(self) -> str | None:
         """The name a loader is assigned to where no other file can read it:
@@ -336,23 +335,15 @@ class DataLoaderWithoutPinMemory(Rule):
             return PreviewUnlessMediaClass(name), False
         return Either(()), True
 
-    def _little_to_gain(self, loader: _Loader) -> bool:
-        """A preview variant, where pinning buys little: no worker process (the
-        loop's own thread would pin each batch, one more host copy in place of
-        the pageable one), or one sample a batch (`batch_size=1`, the
-        default): the copy pinning speeds up is one sample's."""
-        return all(count == 0 for count in self.arguments.resolved(loader.workers)) or all(
-            size == 1 for size in self.arguments.resolved(loader.batch_size))
-
     def finish(self) -> None:
         non_blocking = self.NON_BLOCKING if self.copies_non_blocking else ""
         first_copy, called_elsewhere = self._first_copy()
         for loader in self.unpinned:
             node, statement, written, target, dataset_class, escapes, assigned, owner = loader[:8]
             samples, preview = self._samples(loader.media, dataset_class)
-            preview |= self._little_to_gain(loader)
-            fix = pin_fix(loader.node, loader.host_dataset, self.device_chosen_at_run_time,
-                          self.ctx)
+            # no worker process: the loop's own thread would pin each batch (one more
+            # host copy), which buys little over the pageable copy it replaces
+            preview |= all(count == 0 for count in self.arguments.resolved(loader.workers))
             if target is not None and self.names.uses_of(target, assigned, owner) <= 1:
                 continue  # built and never used: no batch of it is ever copied
             batches, handed_out = self._where_batches_go(assigned, owner)
@@ -371,7 +362,7 @@ class DataLoaderWithoutPinMemory(Rule):
                         sorted(f"'{name}'" for _, name in callees))), statement,
                         Either((UnlessNoCalleeCopiesToCuda(self.facts.module,
                                                            tuple(sorted(callees))), samples)),
-                        fix=fix, preview=preview)
+                        fix=self._pin(loader), preview=preview)
                     continue
                 if not escapes:
                     continue  # used where it is built: no importer iterates it
@@ -382,7 +373,7 @@ class DataLoaderWithoutPinMemory(Rule):
                     unless = Either((unless, UnlessEveryCallerDropsIt(  # its file calls it not
                         self.facts.module, owner.name.value, position)))
                 self.report(node, self.ELSEWHERE.format(loader=written), statement, unless,
-                            fix=fix, preview=preview)
+                            fix=self._pin(loader), preview=preview)
                 continue
             unless = Either((UnlessProjectOnCpu.here(self.ctx), samples))
             if called_elsewhere:  # a device parameter that only other files may set to a GPU
@@ -391,7 +382,19 @@ class DataLoaderWithoutPinMemory(Rule):
                 unless = Either((unless, UnlessHelpersKeepBatchesOnHost(tuple(handed_out))))
             self.report(node, self.MESSAGE.format(loader=written, non_blocking=non_blocking,
                                                   when=run_with(self.facts)),
-                        statement, unless, fix=fix,
+                        statement, unless, fix=self._pin(loader),
                         related=[(first_copy, "copied to a CUDA device here: this "
                                                    "module's batches go to the GPU")],
                         preview=preview)
+
+    def _pin(self, loader: _Loader) -> FixPlan:
+        """`pin_memory=True` changes no value, only where the host keeps a batch:
+        safe for data sets known to give host tensors (a project's own might
+        give CUDA ones, which cannot be pinned). A device picked at run time may
+        be the CPU, where pinning warns: `pin_memory=torch.cuda.is_available()`."""
+        torch = self.ctx.names.local_name_of("torch")
+        value = f"{torch}.cuda.is_available()" if self.device_chosen_at_run_time and torch \
+            else "True"
+        return FixPlan(SAFE if loader.host_dataset else UNSAFE, f"pass pin_memory={value}",
+                       ((loader.node, with_keyword(loader.node, "pin_memory", value,
+                                                   PIN_MEMORY_POSITION)),))
