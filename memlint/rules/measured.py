@@ -142,6 +142,8 @@ HELDOUT_LISTINGS: tuple[str, ...] = (
     'heldout30_*',
     'heldout31_*',
     'heldout32_*',
+    'heldout33_*',
+    'heldout34_*',
 )
 #: rules measured on some of those listings only (changed since the others)
 RULE_LISTINGS: dict[str, tuple[str, ...]] = {
@@ -159,6 +161,8 @@ RULE_LISTINGS: dict[str, tuple[str, ...]] = {
         'heldout30_*',
         'heldout31_*',
         'heldout32_*',
+        'heldout33_*',
+        'heldout34_*',
     ),
     'MEM002': (
         'heldout27_*',
@@ -167,6 +171,8 @@ RULE_LISTINGS: dict[str, tuple[str, ...]] = {
         'heldout30_*',
         'heldout31_*',
         'heldout32_*',
+        'heldout33_*',
+        'heldout34_*',
     ),
     'MEM003': (
         'heldout26_*',
@@ -176,18 +182,12 @@ RULE_LISTINGS: dict[str, tuple[str, ...]] = {
         'heldout30_*',
         'heldout31_*',
         'heldout32_*',
+        'heldout33_*',
+        'heldout34_*',
     ),
-    'MEM004': ('heldout30_*', 'heldout31_*', 'heldout32_*'),
-    'MEM005': (
-        'heldout26_*',
-        'heldout27_*',
-        'heldout28_*',
-        'heldout29_*',
-        'heldout30_*',
-        'heldout31_*',
-        'heldout32_*',
-    ),
-    'MEM007': ('heldout30_*', 'heldout31_*', 'heldout32_*'),
+    'MEM004': ('heldout33_*', 'heldout34_*'),
+    'MEM005': ('heldout33_*', 'heldout34_*'),
+    'MEM007': ('heldout30_*', 'heldout31_*', 'heldout32_*', 'heldout33_*', 'heldout34_*'),
     'MEM009': (
         'heldout26_*',
         'heldout27_*',
@@ -196,6 +196,8 @@ RULE_LISTINGS: dict[str, tuple[str, ...]] = {
         'heldout30_*',
         'heldout31_*',
         'heldout32_*',
+        'heldout33_*',
+        'heldout34_*',
     ),
     'MEM010': (
         'heldout26_*',
@@ -205,56 +207,59 @@ RULE_LISTINGS: dict[str, tuple[str, ...]] = {
         'heldout30_*',
         'heldout31_*',
         'heldout32_*',
+        'heldout33_*',
+        'heldout34_*',
     ),
 }
 #: what the figures are: which sets, judged at which commit, when; which corpus
-SOURCE = ('689 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*, '
+SOURCE = ('745 held-out repositories (heldout11_*, heldout12_*, heldout13_*, heldout14_*, '
           'heldout15_*, heldout16_*, heldout17_*, heldout18_*, heldout19_*, heldout20_*, '
           'heldout21_*, heldout22_*, heldout23_*, heldout24_*, heldout25_*, heldout26_*, '
-          'heldout27_*, heldout28_*, heldout29_*, heldout30_*, heldout31_*, heldout32_*) '
-          'judged at 912cbe8 and d923155 and 52aba62 and 7c8e542 and 1e559f3 and ccea863 '
-          'and 7be17bf and 32277c2 and eac6b24 and 496161f and aef53df and aef53df and '
-          'e181171 and a64f186 and a64f186 and 6fae751 and cce8379 and f559b09 and 86b8ff4 '
-          'and dd79e4d and 58ca69b and 58ca69b, 2026-11-28; frequency on the review corpus '
-          '(561 repositories, 28972 files), 2026-11-27 (kept: the corpus was not run '
-          'again); MEM001 on heldout20_* and heldout21_* and heldout22_* and heldout23_* '
-          'and heldout24_* and heldout25_* and heldout26_* and heldout27_* and heldout28_* '
-          'and heldout29_* and heldout30_* and heldout31_* and heldout32_* only, MEM002 on '
+          'heldout27_*, heldout28_*, heldout29_*, heldout30_*, heldout31_*, heldout32_*, '
+          'heldout33_*, heldout34_*) judged at 912cbe8 and d923155 and 52aba62 and 7c8e542 '
+          'and 1e559f3 and ccea863 and 7be17bf and 32277c2 and eac6b24 and 496161f and '
+          'aef53df and aef53df and e181171 and a64f186 and a64f186 and 6fae751 and cce8379 '
+          'and f559b09 and 86b8ff4 and dd79e4d and 58ca69b and 58ca69b and fe86d09 and '
+          'fe86d09, 2026-11-28; frequency on the review corpus (561 repositories, 28972 '
+          'files), 2026-11-27 (kept: the corpus was not run again); MEM001 on heldout20_* '
+          'and heldout21_* and heldout22_* and heldout23_* and heldout24_* and heldout25_* '
+          'and heldout26_* and heldout27_* and heldout28_* and heldout29_* and heldout30_* '
+          'and heldout31_* and heldout32_* and heldout33_* and heldout34_* only, MEM002 on '
           'heldout27_* and heldout28_* and heldout29_* and heldout30_* and heldout31_* and '
-          'heldout32_* only, MEM003 on heldout26_* and heldout27_* and heldout28_* and '
-          'heldout29_* and heldout30_* and heldout31_* and heldout32_* only, MEM004 on '
-          'heldout30_* and heldout31_* and heldout32_* only, MEM005 on heldout26_* and '
+          'heldout32_* and heldout33_* and heldout34_* only, MEM003 on heldout26_* and '
           'heldout27_* and heldout28_* and heldout29_* and heldout30_* and heldout31_* and '
-          'heldout32_* only, MEM007 on heldout30_* and heldout31_* and heldout32_* only, '
-          'MEM009 on heldout26_* and heldout27_* and heldout28_* and heldout29_* and '
-          'heldout30_* and heldout31_* and heldout32_* only, MEM010 on heldout26_* and '
-          'heldout27_* and heldout28_* and heldout29_* and heldout30_* and heldout31_* and '
-          'heldout32_* only')
+          'heldout32_* and heldout33_* and heldout34_* only, MEM004 on heldout33_* and '
+          'heldout34_* only, MEM005 on heldout33_* and heldout34_* only, MEM007 on '
+          'heldout30_* and heldout31_* and heldout32_* and heldout33_* and heldout34_* '
+          'only, MEM009 on heldout26_* and heldout27_* and heldout28_* and heldout29_* and '
+          'heldout30_* and heldout31_* and heldout32_* and heldout33_* and heldout34_* '
+          'only, MEM010 on heldout26_* and heldout27_* and heldout28_* and heldout29_* and '
+          'heldout30_* and heldout31_* and heldout32_* and heldout33_* and heldout34_* only')
 MEASURED: dict[str, Measured] = {
-    "MEM000": Measured(true=69, false=8, debatable=0,
+    "MEM000": Measured(true=72, false=8, debatable=0,
                       per_thousand_files=4.42),
-    "MEM001": Measured(true=8, false=79, debatable=43,
+    "MEM001": Measured(true=8, false=122, debatable=45,
                       per_thousand_files=5.70),
     "MEM002": Measured(true=0, false=6, debatable=0,
                       per_thousand_files=0.48),
-    "MEM003": Measured(true=5, false=23, debatable=16,
+    "MEM003": Measured(true=5, false=34, debatable=19,
                       per_thousand_files=1.97),
-    "MEM004": Measured(true=34, false=22, debatable=13,
+    "MEM004": Measured(true=20, false=9, debatable=4,
                       per_thousand_files=17.15),
-    "MEM004 (preview variant)": Measured(true=3, false=1, debatable=0,
+    "MEM004 (preview variant)": Measured(true=0, false=1, debatable=0,
                       per_thousand_files=0.00),
-    "MEM005": Measured(true=49, false=4, debatable=12,
+    "MEM005": Measured(true=25, false=0, debatable=1,
                       per_thousand_files=46.84),
-    "MEM005 (preview variant)": Measured(true=177, false=58, debatable=180,
+    "MEM005 (preview variant)": Measured(true=67, false=7, debatable=54,
                       per_thousand_files=0.00),
-    "MEM007": Measured(true=22, false=3, debatable=4,
+    "MEM007": Measured(true=32, false=3, debatable=5,
                       per_thousand_files=42.49),
-    "MEM007 (preview variant)": Measured(true=91, false=23, debatable=55,
+    "MEM007 (preview variant)": Measured(true=156, false=47, debatable=95,
                       per_thousand_files=0.00),
-    "MEM008": Measured(true=5, false=43, debatable=4,
+    "MEM008": Measured(true=5, false=45, debatable=4,
                       per_thousand_files=0.59),
-    "MEM009": Measured(true=0, false=2, debatable=0,
+    "MEM009": Measured(true=0, false=3, debatable=0,
                       per_thousand_files=0.03),
-    "MEM010": Measured(true=0, false=1, debatable=13,
+    "MEM010": Measured(true=0, false=2, debatable=17,
                       per_thousand_files=0.86),
 }
