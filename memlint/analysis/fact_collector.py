@@ -205,22 +205,30 @@ class FactCollector:
         """`CallFact.dropped`: a name an unpacking binds is never read when the
         file's text spells it, outside comment lines, no more often than such
         unpackings bind it (a word counted in a string or after code on its
-        line only keeps a finding). Read from the text: one search per name,
-        where a walk of the tree would cost every file that unpacks a call."""
+        line only keeps a finding). Read from the text, where a walk of the
+        tree would cost every file that unpacks a call: a substring count
+        first (it can only count more), the words and their lines only for
+        a name spelled a few times more than it is bound."""
         bound: dict[str, int] = {}
         for _, names in self._unpacked:
             for name in filter(None, names):
                 bound[name] = bound.get(name, 0) + 1
-        source = self._source
-        unread = {name for name, count in bound.items() if sum(
-            not source[source.rfind("\n", 0, match.start()) + 1:match.start()].lstrip()
-            .startswith("#") for match in re.finditer(rf"\b{re.escape(name)}\b", source))
-            <= count}
+        unread = {name for name, count in bound.items() if self._spelled_outside_comments(
+            name, count + _COMMENTED_MENTIONS) <= count}
         calls = self.facts.calls
         for index, names in self._unpacked:
             dropped = tuple(i for i, name in enumerate(names) if name in unread)
             if dropped:
                 calls[index] = calls[index]._replace(dropped=dropped)
+
+    def _spelled_outside_comments(self, name: str, enough: int) -> int:
+        """How often `name` is written as a word outside comment lines, counted
+        up to `enough` (more says only that it is read)."""
+        source = self._source
+        if source.count(name) > enough:
+            return enough
+        return sum(not source[source.rfind("\n", 0, match.start()) + 1:match.start()].lstrip()
+                   .startswith("#") for match in re.finditer(rf"\b{re.escape(name)}\b", source))
 
     def _places(self, node: cst.Call) -> str:
         """`CallFact.places`: read from each argument's own binding only (a
@@ -334,6 +342,8 @@ class FactCollector:
                 self.facts.cuda_off_settings.add(arg.keyword.value)
 
 
+#: comment-line mentions of an unpacked name looked for before it counts as read
+_COMMENTED_MENTIONS = 3
 #: torch calls that wrap a model and hand its methods on (FSDP, `torch.jit.trace`, AMP wrappers)
 _WRAPPERS = ("torch.distributed.", "torch.jit.", "torch.nn.parallel.", "torch.ao.", "torch.fx.")
 
