@@ -163,6 +163,14 @@ class ModuleFacts:
     defines: frozenset[str] = frozenset()
 
 
+def _reexported_from(facts: ModuleFacts, name: str) -> list[str]:
+    """The modules, as `facts`' file imports them, that it imports `name`
+    from (`.pretrain` for `from .pretrain import BERTTrainer` in a package's
+    `__init__.py`): where a name it re-exports is defined."""
+    return [source for source, _, imported in (i.rpartition(".") for i in facts.imports)
+            if imported == name and source]
+
+
 def joined_facts(parts: Iterable[ModuleFacts | None]) -> ModuleFacts | None:
     """The facts of one file whose rules were walked in shares, one process
     each (the editor server's workers, `engine/paths.py`): what the shared
@@ -796,8 +804,13 @@ class Project:
                                                  facts.module.split(".")):
                 continue
             names = facts.parameter_names.get(name, ())
-            position = slot if isinstance(slot, int) else \
-                names.index(slot) if slot in names else len(flows)
+            if isinstance(slot, int):
+                position = slot
+            elif slot in names:
+                position = names.index(slot)
+            else:  # `**kwargs` may take it: what becomes of it is not told
+                verdicts.add("unknown")
+                continue
             verdicts.add(flows[position] if position < len(flows) else "unknown")
         return verdicts.pop() if len(verdicts) == 1 else "unknown"
 
@@ -907,10 +920,8 @@ class Project:
             facts = self._by_name[target]
             if name in facts.batch_movers:
                 return True
-            if depth < 3 and any(
-                    self.moves_batches(target, again.rpartition(".")[0], name, depth + 1)
-                    for again in facts.imports if again.rpartition(".")[2] == name
-                    and again.rpartition(".")[0]):
+            if depth < 3 and any(self.moves_batches(target, source, name, depth + 1)
+                                 for source in _reexported_from(facts, name)):
                 return True
         return False
 
@@ -994,8 +1005,9 @@ class Project:
                 return True
             facts = self._by_name[target]
             if depth < 3 and function not in facts.defines and any(
-                    self._names_function(target, again, module, function, depth + 1)
-                    for again in facts.imports if again.rpartition(".")[2] == function):
+                    self._names_function(target, f"{source}.{function}", module, function,
+                                         depth + 1)
+                    for source in _reexported_from(facts, function)):
                 return True
         return False
 
